@@ -1,0 +1,26 @@
+"""splitwise-plan: size LLM inference clusters with split prompt and token pools (Splitwise, ISCA 2024)."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import SplitwisePlanError
+from .latency_model import LatencyModel, PhaseCurve
+from .machines import BUILTIN_MACHINES, Machine, get_machine, load_machines
+from .models import BUILTIN_MODELS, ModelSpec, get_model
+from .paths import data_dir, data_file
+from .profiles import ProfileAccuracy, ProfileEntry, ProfileSet, load_profiles, profile_accuracy
+from .slos import SLO, SLOSet, load_slos, reference_latencies
+from .workloads import RequestStream, Workload, load_trace, load_workload, workload_names
+
+__all__ = [
+    "__version__",
+    "SplitwisePlanError",
+    "LatencyModel", "PhaseCurve",
+    "Machine", "BUILTIN_MACHINES", "load_machines", "get_machine",
+    "ModelSpec", "BUILTIN_MODELS", "get_model",
+    "data_dir", "data_file",
+    "ProfileSet", "ProfileEntry", "ProfileAccuracy", "load_profiles", "profile_accuracy",
+    "SLO", "SLOSet", "load_slos", "reference_latencies",
+    "Workload", "RequestStream", "load_workload", "load_trace", "workload_names",
+]

@@ -1,0 +1,49 @@
+"""Cluster designs of the paper: Splitwise-AA/HH/HA/HHcap and the two baselines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import SplitwisePlanError
+
+
+@dataclass(frozen=True)
+class Design:
+    """A design names the machine type of each pool.
+
+    Baselines have one pool (``prompt_machine``) whose machines run both phases
+    with mixed continuous batching; Splitwise designs have a prompt pool and a
+    token pool and ship each request's KV cache between them.
+    """
+
+    name: str
+    short: str
+    prompt_machine: str
+    token_machine: str | None
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.token_machine is None
+
+
+DESIGNS: dict[str, Design] = {
+    d.name: d
+    for d in (
+        Design("splitwise-aa", "AA", "dgx-a100", "dgx-a100"),
+        Design("splitwise-hh", "HH", "dgx-h100", "dgx-h100"),
+        Design("splitwise-ha", "HA", "dgx-h100", "dgx-a100"),
+        Design("splitwise-hhcap", "HHcap", "dgx-h100", "dgx-h100-cap"),
+        Design("baseline-a100", "A100", "dgx-a100", None),
+        Design("baseline-h100", "H100", "dgx-h100", None),
+    )
+}
+
+
+def get_design(name: str) -> Design:
+    """Look a design up by full or short name, in any case."""
+    key = name.strip().lower()
+    for d in DESIGNS.values():
+        if key in (d.name, d.short.lower()):
+            return d
+    valid = ", ".join(f"{d.name} ({d.short})" for d in DESIGNS.values())
+    raise SplitwisePlanError(f"design {name!r} is unknown; choose one of: {valid}")

@@ -1,0 +1,16 @@
+"""The one error type users see: a one-line message naming the input and what is wrong."""
+
+from __future__ import annotations
+
+
+class SplitwisePlanError(ValueError):
+    """Bad user input (file, name or number); the CLI prints it as one line and exits 2."""
+
+    def __init__(self, message: str) -> None:
+        # Keep the message on one line so the CLI can print it as ``error: <message>``.
+        super().__init__(" ".join(str(message).split()))
+
+
+def choices(names) -> str:
+    """Format valid names for an error message, sorted: ``a, b, c``."""
+    return ", ".join(sorted(str(n) for n in names)) or "(none)"

@@ -1,0 +1,124 @@
+"""Machines: one DGX server, its GPUs and memory, and its cost and provisioned power."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SplitwisePlanError, choices
+from .paths import read_toml
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A DGX machine type.
+
+    ``hardware`` names the GPU in the performance profiles (``a100-80gb`` ...).
+    ``cost`` and ``power`` are per machine in the reference's relative units.
+    """
+
+    name: str
+    hardware: str
+    gpus: int
+    hbm_bytes_per_gpu: int
+    cost: float
+    power: float
+
+    @property
+    def hbm_bytes(self) -> int:
+        """HBM of all GPUs in the machine, bytes."""
+        return self.gpus * self.hbm_bytes_per_gpu
+
+
+BUILTIN_MACHINES: dict[str, Machine] = {
+    "dgx-a100": Machine("dgx-a100", "a100-80gb", 8, 80 * GIB, cost=2.21, power=24.8),
+    "dgx-h100": Machine("dgx-h100", "h100-80gb", 8, 80 * GIB, cost=4.76, power=44.0),
+    "dgx-h100-cap": Machine("dgx-h100-cap", "h100-80gb-pcap", 8, 80 * GIB, cost=4.76, power=30.8),
+}
+
+
+# --- loading user overrides -------------------------------------------------
+
+MACHINE_KEYS = ("hardware", "gpus", "hbm_bytes_per_gpu", "hbm_gib_per_gpu", "cost", "power")
+
+
+def _number(where: str, key: str, value, *, integer: bool = False) -> float | int:
+    """Check that a TOML value is a positive finite number (an integer if asked)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SplitwisePlanError(f"{where}: {key} must be a number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise SplitwisePlanError(f"{where}: {key} must be positive and finite, got {value!r}")
+    if integer:
+        if float(value) != int(value):
+            raise SplitwisePlanError(f"{where}: {key} must be an integer, got {value!r}")
+        return int(value)
+    return float(value)
+
+
+def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
+    """Builtin machines, overridden or extended by a TOML file's ``[machines.NAME]`` tables.
+
+    An existing name may set any subset of ``hardware``, ``gpus``, ``hbm_bytes_per_gpu``
+    (or ``hbm_gib_per_gpu``), ``cost`` and ``power``; a new name must set all of them.
+    """
+    machines = dict(BUILTIN_MACHINES)
+    if path is None:
+        return machines
+    doc = read_toml(path, "machine")
+    unknown_top = sorted(set(doc) - {"machines"})
+    if unknown_top:
+        raise SplitwisePlanError(
+            f"machine file {path}: unknown top-level key(s) {', '.join(unknown_top)}; "
+            "put each machine in a [machines.NAME] table")
+    tables = doc.get("machines", {})
+    if not isinstance(tables, dict) or not tables:
+        raise SplitwisePlanError(f"machine file {path} defines no [machines.NAME] table")
+    for name, spec in tables.items():
+        where = f"machine file {path}, [machines.{name}]"
+        if not isinstance(spec, dict):
+            raise SplitwisePlanError(f"{where} must be a table")
+        unknown = sorted(set(spec) - set(MACHINE_KEYS))
+        if unknown:
+            raise SplitwisePlanError(
+                f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(MACHINE_KEYS)}")
+        if "hbm_bytes_per_gpu" in spec and "hbm_gib_per_gpu" in spec:
+            raise SplitwisePlanError(f"{where}: give hbm_bytes_per_gpu or hbm_gib_per_gpu, not both")
+        base = machines.get(name)
+        fields = {} if base is None else {
+            "hardware": base.hardware, "gpus": base.gpus,
+            "hbm_bytes_per_gpu": base.hbm_bytes_per_gpu, "cost": base.cost, "power": base.power}
+        if "hardware" in spec:
+            hw = spec["hardware"]
+            if not isinstance(hw, str) or not hw.strip():
+                raise SplitwisePlanError(f"{where}: hardware must be a non-empty string, got {hw!r}")
+            fields["hardware"] = hw.strip()
+        if "gpus" in spec:
+            fields["gpus"] = _number(where, "gpus", spec["gpus"], integer=True)
+        if "hbm_bytes_per_gpu" in spec:
+            fields["hbm_bytes_per_gpu"] = _number(where, "hbm_bytes_per_gpu", spec["hbm_bytes_per_gpu"],
+                                                  integer=True)
+        if "hbm_gib_per_gpu" in spec:
+            fields["hbm_bytes_per_gpu"] = int(round(_number(where, "hbm_gib_per_gpu",
+                                                            spec["hbm_gib_per_gpu"]) * GIB))
+        for key in ("cost", "power"):
+            if key in spec:
+                fields[key] = _number(where, key, spec[key])
+        missing = [k for k in ("hardware", "gpus", "hbm_bytes_per_gpu", "cost", "power") if k not in fields]
+        if missing:
+            raise SplitwisePlanError(
+                f"{where}: a new machine needs {', '.join(missing)} "
+                f"(builtin names that can be partly overridden: {choices(BUILTIN_MACHINES)})")
+        machines[name] = Machine(name=name, **fields)
+    return machines
+
+
+def get_machine(name: str, machines: dict[str, Machine] | None = None) -> Machine:
+    """Look up a machine by name; an unknown name raises with the valid ones."""
+    pool = BUILTIN_MACHINES if machines is None else machines
+    try:
+        return pool[name]
+    except KeyError:
+        raise SplitwisePlanError(f"unknown machine {name!r}; valid: {choices(pool)}") from None

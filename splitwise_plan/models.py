@@ -1,0 +1,38 @@
+"""LLM architectures: what the simulator needs to size the KV cache and the weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import SplitwisePlanError, choices
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One LLM. KV bytes per token follow the reference: 2 * hidden * layers * dtype (no GQA)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    weights_bytes: int
+    dtype_bytes: int = 2
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token occupies across the whole model."""
+        return 2 * self.hidden_size * self.num_layers * self.dtype_bytes
+
+
+BUILTIN_MODELS: dict[str, ModelSpec] = {
+    "bloom-176b": ModelSpec("bloom-176b", num_layers=70, hidden_size=14336, weights_bytes=329_000_000_000),
+    "llama2-70b": ModelSpec("llama2-70b", num_layers=80, hidden_size=8192, weights_bytes=135_000_000_000),
+}
+
+
+def get_model(name: str, models: dict[str, ModelSpec] | None = None) -> ModelSpec:
+    """Look up a model by name; an unknown name raises with the valid ones."""
+    pool = BUILTIN_MODELS if models is None else models
+    try:
+        return pool[name]
+    except KeyError:
+        raise SplitwisePlanError(f"unknown model {name!r}; valid: {choices(pool)}") from None

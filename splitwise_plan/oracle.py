@@ -1,0 +1,453 @@
+"""Discrete-event simulator of a Splitwise or baseline cluster: the oracle.
+
+Slow, simple and literal: it follows the rules of the paper's reference simulator
+one event at a time (join-the-shortest-queue routing, the mixed pool, FCFS prompt
+batches of at most 2048 tokens, continuous token batching bounded by memory,
+mixed batching with preemption on baseline and borrowed machines, KV-cache
+transfer). The fast fluid simulator is checked against it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from bisect import insort
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cluster import Cluster, Pool
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .workloads import RequestStream
+
+_QUEUED, _RUNNING, _BLOCKED, _DONE = range(4)
+
+
+@dataclass(frozen=True)
+class RequestTimes:
+    """Per-request outcome of a simulation, in seconds from each request's arrival."""
+
+    ttft: np.ndarray      # NaN where the prompt phase never finished
+    e2e: np.ndarray       # NaN where the request never finished
+    busy_s: np.ndarray    # busy seconds of each machine (prompt pool first)
+    horizon_s: float      # when the last event happened
+    oom: bool = False     # a transfer ever waited for memory on a token machine
+
+
+class _Task:
+    __slots__ = ("req", "is_prompt", "tpi", "size", "generated", "nprem", "state",
+                 "mem", "key", "order")
+
+    def __init__(self, req: "_Req", is_prompt: bool, mem: float) -> None:
+        self.req = req
+        self.is_prompt = is_prompt
+        self.tpi = req.prompt if is_prompt else 1          # tokens per iteration
+        self.size = 1 if is_prompt else req.output - 1     # tokens this task generates
+        self.generated = 0
+        self.nprem = 0
+        self.state = _QUEUED
+        self.mem = mem
+        self.order = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.size - self.generated
+
+
+class _Req:
+    __slots__ = ("rid", "arrival", "prompt", "output", "prompt_task", "token_task",
+                 "src", "dst", "memory")
+
+    def __init__(self, rid: int, arrival: float, prompt: int, output: int) -> None:
+        self.rid = rid
+        self.arrival = arrival
+        self.prompt = prompt
+        self.output = output
+        self.memory = 0.0
+
+
+class _Instance:
+    """One machine: queues, the running batch and memory, as the reference keeps them."""
+
+    def __init__(self, sim: "_Sim", idx: int, pool: Pool, home: str | None) -> None:
+        self.sim = sim
+        self.idx = idx
+        self.lat = pool.latency
+        self.home = home
+        self.mixed = False
+        self.max_mem = float(pool.machine.hbm_bytes)
+        weights = float(sim.cluster.model.weights_bytes)
+        self.mem = weights
+        self.sched_mem = weights
+        self.sched_pending = 0
+        self.pending: list[tuple[tuple[int, float, int], _Task]] = []
+        self.pending_prompts: list[_Task] = []
+        self.blocked: list[_Task] = []
+        self.batch: list[_Task] = []
+        self.pool_tasks: dict[int, list[_Task]] = {}
+        self.pool_order: list[int] = []                # request ids ordered by arrival
+        self.batch_tokens = 0
+        self.iter_dur = 0.0
+        self.n_contig = 0
+        self.run_start = 0.0
+        self.paused = False
+        self.version = 0
+        self.busy = 0.0
+
+    # -- queues ---------------------------------------------------------------
+    def _add_pending(self, task: _Task, preempted: bool = False) -> None:
+        self.sim.seq += 1
+        insort(self.pending, ((task.nprem, task.req.arrival, self.sim.seq), task), key=lambda e: e[0])
+        if preempted:
+            self.blocked.append(task)
+        if task.is_prompt:
+            self.pending_prompts.append(task)
+
+    def _remove_pending(self, task: _Task) -> None:
+        for i, (_, t) in enumerate(self.pending):
+            if t is task:
+                del self.pending[i]
+                break
+        if task in self.blocked:
+            self.blocked.remove(task)
+        if task.is_prompt:
+            self.pending_prompts.remove(task)
+
+    def task_arrival(self, task: _Task) -> None:
+        rid = task.req.rid
+        if rid not in self.pool_tasks:
+            insort(self.pool_order, rid)
+            self.pool_tasks[rid] = [task]
+        else:
+            self.pool_tasks[rid].append(task)
+        self._add_pending(task)
+        cfg = self.sim.cfg
+        if not self.batch:
+            if self.mem + task.mem > self.max_mem:
+                return
+            self.start_iteration()
+            return
+        if len(self.batch) < cfg.max_batch_size and self.batch_tokens + task.tpi <= cfg.max_batch_tokens:
+            self.pause()
+            return
+        if task.is_prompt:
+            n_token = sum(1 for t in self.batch if not t.is_prompt)
+            n_prompt = len(self.batch) - n_token
+            if n_prompt < len(self.batch) and self.batch_tokens - n_token + task.tpi <= cfg.max_batch_tokens:
+                self.pause()
+
+    def pause(self) -> None:
+        """Stop a run of decode iterations at the next iteration boundary."""
+        if self.paused or any(t.is_prompt for t in self.batch):
+            return
+        self.paused = True
+        now = self.sim.now
+        done = (now - self.run_start) // self.iter_dur
+        self.n_contig = int(done) + 1
+        self.version += 1
+        self.sim.push(self.run_start + self.iter_dur * self.n_contig, self._complete, self.version)
+
+    # -- batching -------------------------------------------------------------
+    def _select_batch(self) -> tuple[list[_Task], list[_Task]]:
+        cfg = self.sim.cfg
+        old = self.batch
+        new: list[_Task] = []
+        in_batch: set[int] = set()
+        bt = 0
+        memory = self.mem
+
+        def full() -> bool:
+            return len(new) == cfg.max_batch_size
+
+        def too_many_tokens(t: _Task) -> bool:
+            return bool(new) and bt + t.tpi > cfg.max_batch_tokens
+
+        for _, t in self.pending:                      # tasks preempted too often go first
+            if t.nprem < cfg.max_preemptions:
+                break
+            if full() or too_many_tokens(t):
+                break
+            if t.req.rid in in_batch:
+                continue
+            if t.state == _BLOCKED:
+                new.append(t); in_batch.add(t.req.rid); bt += t.tpi
+            elif t.mem + memory <= self.max_mem:
+                new.append(t); in_batch.add(t.req.rid); memory += t.mem; bt += t.tpi
+        for t in self.pending_prompts:                  # then prompts, FCFS
+            if full() or too_many_tokens(t):
+                break
+            if t.req.rid in in_batch:
+                continue
+            if t.mem + memory <= self.max_mem:
+                new.append(t); in_batch.add(t.req.rid); memory += t.mem; bt += t.tpi
+            else:
+                break
+        for t in self.blocked:                          # then preempted decodes
+            if full() or too_many_tokens(t):
+                break
+            if t.req.rid in in_batch:
+                continue
+            new.append(t); in_batch.add(t.req.rid); bt += t.tpi
+        for t in old:                                   # then the running decodes
+            if full() or too_many_tokens(t):
+                break
+            if t.req.rid in in_batch:
+                continue
+            new.append(t); in_batch.add(t.req.rid); bt += t.tpi
+        for rid in self.pool_order:                     # then anything else, oldest first
+            if full():
+                break
+            t = self.pool_tasks[rid][0]
+            if rid in in_batch:
+                continue
+            if too_many_tokens(t):
+                break
+            if t.state == _BLOCKED:
+                new.append(t); in_batch.add(rid); bt += t.tpi
+            elif t.mem + memory <= self.max_mem:
+                new.append(t); in_batch.add(rid); memory += t.mem; bt += t.tpi
+            else:
+                break
+        self.batch_tokens = bt
+        new_ids = {id(t) for t in new}
+        old_ids = {id(t) for t in old}
+        preempted = [t for t in old if id(t) not in new_ids]
+        added = [t for t in new if id(t) not in old_ids]
+        return preempted, added
+
+    def start_iteration(self) -> None:
+        preempted, added = self._select_batch()
+        for t in preempted:
+            t.state = _BLOCKED
+            self._leave_batch(t)
+            self._add_pending(t, preempted=True)
+        for t in added:
+            self._remove_pending(t)
+            self._enter_batch(t)
+        batch_ids = {id(t) for t in self.batch}
+        for rid in self.pool_order:
+            t = self.pool_tasks[rid][0]
+            if id(t) not in batch_ids:
+                t.nprem += 1
+        if not self.batch:
+            if not self.pool_order:
+                self.sim.notify_free(self)
+            return
+        n_prompt_tokens = sum(t.tpi for t in self.batch if t.is_prompt)
+        n_decode = sum(1 for t in self.batch if not t.is_prompt)
+        self.iter_dur = float(self.lat.iteration_time(n_prompt_tokens, n_decode))
+        self.n_contig = 1 if n_prompt_tokens else min(t.remaining for t in self.batch)
+        for t in self.batch:
+            if t.state == _QUEUED:
+                t.state = _RUNNING
+                self.mem += t.mem
+                t.req.memory += t.mem
+            elif t.state == _BLOCKED:
+                t.state = _RUNNING
+        self.run_start = self.sim.now
+        self.paused = False
+        self.version += 1
+        self.sim.push(self.run_start + self.iter_dur * self.n_contig, self._complete, self.version)
+
+    def _enter_batch(self, t: _Task) -> None:
+        if not self.batch:
+            self._busy_since = self.sim.now
+        self.batch.append(t)
+
+    def _leave_batch(self, t: _Task) -> None:
+        self.batch.remove(t)
+        if not self.batch:
+            self.busy += self.sim.now - self._busy_since
+
+    def _complete(self, version: int) -> None:
+        if version != self.version:
+            return
+        finished = []
+        for t in self.batch:
+            t.generated += 1 if t.is_prompt else self.n_contig
+            if t.generated >= t.size:
+                finished.append(t)
+        for t in finished:
+            t.state = _DONE
+            self._leave_batch(t)
+            tasks = self.pool_tasks[t.req.rid]
+            tasks.remove(t)
+            if not tasks:
+                del self.pool_tasks[t.req.rid]
+                self.pool_order.remove(t.req.rid)
+            self.sim.task_done(t, self)
+        self.paused = False
+        self.start_iteration()
+
+    def free(self, amount: float) -> None:
+        self.mem -= amount
+        self.sched_mem -= amount
+
+    def flow_done(self) -> None:
+        """The reference's notify_flow_completion: memory was freed, maybe start."""
+        if not self.pending:
+            return
+        t = self.pending[0][1]
+        cfg = self.sim.cfg
+        if not self.batch:
+            if self.mem + t.mem > self.max_mem:
+                return
+            self.start_iteration()
+        elif len(self.batch) < cfg.max_batch_size and self.batch_tokens < cfg.max_batch_tokens:
+            self.pause()
+
+
+class _Sim:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.cfg = cluster.scheduler
+        self.kv = float(cluster.model.kv_bytes_per_token)
+        self.now = 0.0
+        self.seq = 0
+        self.heap: list = []
+        self.counter = itertools.count()
+        self.instances: list[_Instance] = []
+        home_p = None if cluster.is_baseline else "prompt"
+        for _ in range(cluster.prompt.count):
+            self.instances.append(_Instance(self, len(self.instances), cluster.prompt, home_p))
+        if cluster.token is not None:
+            for _ in range(cluster.token.count):
+                self.instances.append(_Instance(self, len(self.instances), cluster.token, "token"))
+        self.prompt_pool = [i for i in self.instances if i.home == "prompt"]
+        self.token_pool = [i for i in self.instances if i.home == "token"]
+        self.mixed_pool: list[_Instance] = []
+        self.oom = False
+
+    def push(self, t: float, fn, *args) -> None:
+        heapq.heappush(self.heap, (t, next(self.counter), fn, args))
+
+    # -- cluster-level scheduling ------------------------------------------------
+    def arrive(self, req: _Req) -> None:
+        cfg = self.cfg
+        mem_p = self.kv * (req.prompt + 1)
+        mem_t = self.kv * (req.output - 1)
+        if self.cluster.is_baseline:
+            inst = min(self.instances, key=lambda i: i.sched_pending)
+            inst.sched_pending += req.prompt + 1
+            self._chain(req, inst, mem_p, mem_t, add_sched_mem=False)
+            return
+        p_inst = None
+        for group in (self.prompt_pool, self.mixed_pool):
+            if group:
+                cand = min(group, key=lambda i: i.sched_pending)
+                long = cand.pending and cand.sched_pending + req.prompt > cfg.prompt_max_pending_tokens
+                if not long:
+                    p_inst = cand
+                    break
+        t_inst = None
+        for group in (self.token_pool, self.mixed_pool):
+            if group:
+                cand = min(group, key=lambda i: i.sched_mem)
+                if cand.sched_mem + mem_p + mem_t < cand.max_mem:
+                    t_inst = cand
+                    break
+        if cfg.mixed_pool:
+            if p_inst is None and self.token_pool:
+                p_inst = min(self.token_pool, key=lambda i: i.sched_pending)
+                self.token_pool.remove(p_inst)
+                self.mixed_pool.append(p_inst)
+                p_inst.mixed = True
+            if t_inst is None and self.prompt_pool:
+                t_inst = min(self.prompt_pool, key=lambda i: i.sched_mem)
+                self.prompt_pool.remove(t_inst)
+                self.mixed_pool.append(t_inst)
+                t_inst.mixed = True
+        if p_inst is None or t_inst is None:
+            if cfg.mixed_pool:
+                every = self.prompt_pool + self.mixed_pool + self.token_pool
+                p_inst = t_inst = min(every, key=lambda i: i.sched_pending)
+            else:   # strict pools: queue on the least loaded machine of each pool
+                p_inst = p_inst or min(self.prompt_pool, key=lambda i: i.sched_pending)
+                t_inst = t_inst or min(self.token_pool, key=lambda i: i.sched_mem)
+        p_inst.sched_pending += req.prompt
+        t_inst.sched_pending += 1
+        if p_inst is t_inst:
+            self._chain(req, p_inst, mem_p, mem_t, add_sched_mem=True)
+            return
+        req.src, req.dst = p_inst, t_inst
+        p_inst.sched_mem += mem_p
+        t_inst.sched_mem += mem_p + mem_t
+        req.prompt_task = _Task(req, True, mem_p)
+        req.token_task = _Task(req, False, mem_t)
+        self.push(self.now, p_inst.task_arrival, req.prompt_task)
+
+    def _chain(self, req: _Req, inst: _Instance, mem_p: float, mem_t: float, add_sched_mem: bool) -> None:
+        req.src = req.dst = inst
+        if add_sched_mem:
+            inst.sched_mem += mem_p + mem_t
+        req.prompt_task = _Task(req, True, mem_p)
+        req.token_task = _Task(req, False, mem_t)
+        self.push(self.now, inst.task_arrival, req.prompt_task)
+        self.push(self.now, inst.task_arrival, req.token_task)
+
+    def notify_free(self, inst: _Instance) -> None:
+        if inst.mixed:
+            inst.mixed = False
+            self.mixed_pool.remove(inst)
+            (self.prompt_pool if inst.home == "prompt" else self.token_pool).append(inst)
+
+    # -- task and transfer completion ---------------------------------------------
+    def task_done(self, task: _Task, inst: _Instance) -> None:
+        req = task.req
+        if task.is_prompt:
+            inst.sched_pending -= req.prompt
+            self.ttft[req.rid] = self.now - req.arrival
+            if req.output <= 1:
+                self.e2e[req.rid] = self.now - req.arrival
+                inst.free(req.memory)
+                return
+            if req.dst is not inst:
+                self.push(self.now, self._flow_arrival, req)
+        else:
+            inst.sched_pending -= 1
+            inst.free(req.memory)
+            req.memory = 0.0
+            self.e2e[req.rid] = self.now - req.arrival
+
+    def _flow_arrival(self, req: _Req) -> None:
+        dst = req.dst
+        if dst.mem + req.memory <= dst.max_mem:
+            dst.mem += req.memory
+            size = self.kv * req.prompt
+            self.push(self.now + size / self.cfg.effective_bandwidth, self._flow_done, req)
+        else:
+            self.oom = True
+            self.push(self.now + self.cfg.flow_retry_s, self._flow_arrival, req)
+
+    def _flow_done(self, req: _Req) -> None:
+        src = req.src
+        src.free(req.memory)
+        self.push(self.now, req.dst.task_arrival, req.token_task)
+        src.flow_done()
+
+    def run(self, stream: RequestStream, until: float | None) -> RequestTimes:
+        n = len(stream)
+        self.ttft = np.full(n, np.nan)
+        self.e2e = np.full(n, np.nan)
+        arrivals = stream.arrival_s
+        prompts = stream.prompt_tokens
+        outputs = stream.output_tokens
+        for rid in range(n):
+            req = _Req(rid, float(arrivals[rid]), int(prompts[rid]), int(outputs[rid]))
+            self.push(req.arrival, self.arrive, req)
+        limit = np.inf if until is None else until
+        while self.heap:
+            t, _, fn, args = heapq.heappop(self.heap)
+            if t > limit:
+                break
+            self.now = t
+            fn(*args)
+        busy = np.array([i.busy for i in self.instances])
+        return RequestTimes(self.ttft, self.e2e, busy, self.now, self.oom)
+
+
+def simulate_events(cluster: Cluster, stream: RequestStream, until: float | None = None) -> RequestTimes:
+    """Run the discrete-event simulation of ``cluster`` on ``stream`` to the end (or ``until``)."""
+    return _Sim(cluster).run(stream, until)

@@ -1,0 +1,62 @@
+"""Find the data files that ship with splitwise-plan (profiles, SLOs, workloads).
+
+An installed wheel carries them as package data under ``splitwise_plan/_data``;
+a source checkout has them at the repository root. The installed copy wins.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from .errors import SplitwisePlanError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+INSTALLED_DATA_DIR = PACKAGE_DIR / "_data"
+SOURCE_ROOT = PACKAGE_DIR.parent
+DATA_KINDS = ("profiles", "slos", "workloads")
+
+
+def data_dir(kind: str) -> Path:
+    """Folder holding the shipped data of one kind (``profiles``, ``slos`` or ``workloads``)."""
+    if kind not in DATA_KINDS:
+        raise SplitwisePlanError(f"unknown data kind {kind!r}; valid: {', '.join(DATA_KINDS)}")
+    for base in (INSTALLED_DATA_DIR, SOURCE_ROOT):
+        candidate = base / kind
+        if candidate.is_dir():
+            return candidate
+    raise SplitwisePlanError(
+        f"shipped data folder {kind!r} not found in {INSTALLED_DATA_DIR} or {SOURCE_ROOT}; "
+        "reinstall splitwise-plan")
+
+
+def data_file(kind: str, name: str) -> Path:
+    """Path of one shipped data file, e.g. ``data_file('slos', 'paper.toml')``."""
+    path = data_dir(kind) / name
+    if not path.is_file():
+        raise SplitwisePlanError(f"shipped data file {kind}/{name} is missing ({path}); reinstall splitwise-plan")
+    return path
+
+
+def user_file(path, what: str) -> Path:
+    """Check that a user-given ``path`` is a readable file; ``what`` names it in the error."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise SplitwisePlanError(f"{what} file not found: {p}")
+    if not p.is_file():
+        raise SplitwisePlanError(f"{what} path is not a file: {p}")
+    return p
+
+
+def read_toml(path: str | Path, what: str) -> dict:
+    """Parse a TOML file, turning a missing file or a syntax error into a one-line user error."""
+    p = user_file(path, what)
+    try:
+        with p.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise SplitwisePlanError(f"{what} file {p} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise SplitwisePlanError(f"{what} file {p} is not UTF-8 text") from None
+    except OSError as exc:
+        raise SplitwisePlanError(f"{what} file {p} cannot be read: {exc.strerror or exc}") from None

@@ -1,0 +1,192 @@
+"""Simulate cluster designs on a request stream: the nine SLO percentiles, cost and power.
+
+``Simulator`` binds the inputs (stream, model, profiles, machines, SLOs) once and
+evaluates designs with one of two methods:
+
+- ``"fluid"``: the vectorized fluid-queue simulator (``fluid.py``), fast, many designs per call;
+- ``"events"``: the discrete-event oracle (``oracle.py``), slow and literal.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .cluster import Cluster, Pool, SchedulerConfig
+from .designs import Design, get_design
+from .errors import SplitwisePlanError, choices
+from .machines import BUILTIN_MACHINES, Machine
+from .metrics import PERCENTILES, request_latencies, percentiles
+from .models import BUILTIN_MODELS, ModelSpec
+from .profiles import ProfileSet
+from .slos import SLOSet, load_slos, reference_latencies
+from .workloads import RequestStream
+
+METHODS = ("fluid", "events")
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """What one design point gives on one request stream."""
+
+    design: str
+    model: str
+    prompt_machines: int
+    token_machines: int
+    requests: int
+    completed: int
+    latency_s: dict = field(repr=False)      # {"ttft": {50: s, 90: s, 99: s}, "tbt": ..., "e2e": ...}
+    slowdown: dict = field(repr=False)       # same shape, slowdown against the reference machine
+    slo_met: bool
+    violations: tuple = ()
+    tightest: dict = field(default_factory=dict, repr=False)
+    cost: float = 0.0
+    power: float = 0.0
+    utilization: float = 0.0                 # mean busy fraction of the machines
+    oom: bool = False                        # a KV transfer had to wait for token-machine memory
+    method: str = "fluid"
+
+    @property
+    def machines(self) -> int:
+        return self.prompt_machines + self.token_machines
+
+    def to_dict(self) -> dict:
+        """The stable JSON schema of ``splitwise-plan simulate --json``."""
+        def pcts(d):
+            return {m: {f"p{p:g}": _num(v) for p, v in d[m].items()} for m in d}
+        return {
+            "design": self.design, "model": self.model,
+            "prompt_machines": self.prompt_machines, "token_machines": self.token_machines,
+            "machines": self.machines, "requests": self.requests, "completed": self.completed,
+            "latency_s": pcts(self.latency_s), "slowdown": pcts(self.slowdown),
+            "slo": {"met": self.slo_met, "violations": [
+                {k: (_num(v) if isinstance(v, float) else v) for k, v in viol.items()}
+                for viol in self.violations]},
+            "cost": round(self.cost, 6), "power": round(self.power, 6),
+            "utilization": round(self.utilization, 6), "oom": self.oom, "method": self.method,
+        }
+
+    def flat(self) -> dict:
+        """One flat row for CSV reports."""
+        row = {"design": self.design, "model": self.model, "prompt_machines": self.prompt_machines,
+               "token_machines": self.token_machines, "machines": self.machines,
+               "cost": self.cost, "power": self.power, "slo_met": self.slo_met,
+               "requests": self.requests, "completed": self.completed}
+        for kind, d in (("s", self.latency_s), ("slowdown", self.slowdown)):
+            for m, by_p in d.items():
+                for p, v in by_p.items():
+                    row[f"{m}_p{p:g}_{kind}"] = float(v)
+        if self.tightest:
+            row["tightest_slo"] = f"{self.tightest['metric']}_p{self.tightest['percentile']:g}"
+            row["tightest_ratio"] = float(self.tightest["ratio"])
+        row.update(utilization=self.utilization, oom=self.oom, method=self.method)
+        return row
+
+
+def _num(v):
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+class Simulator:
+    """Evaluates designs of one model on one request stream against one SLO set."""
+
+    def __init__(self, stream: RequestStream, model: str = "bloom-176b", *,
+                 tensor_parallel: int = 8, profiles: ProfileSet | None = None,
+                 machines: dict[str, Machine] | None = None, slos: SLOSet | None = None,
+                 scheduler: SchedulerConfig | None = None, method: str = "fluid") -> None:
+        if method not in METHODS:
+            raise SplitwisePlanError(f"simulation method {method!r} is unknown; valid: {choices(METHODS)}")
+        if model not in BUILTIN_MODELS:
+            raise SplitwisePlanError(f"model {model!r} is unknown; valid: {choices(BUILTIN_MODELS)}")
+        if len(stream) == 0:
+            raise SplitwisePlanError("the request stream is empty")
+        self.stream = stream
+        self.model: ModelSpec = BUILTIN_MODELS[model]
+        self.tensor_parallel = int(tensor_parallel)
+        self.profiles = profiles if profiles is not None else ProfileSet.load()
+        self.machines = dict(machines) if machines is not None else dict(BUILTIN_MACHINES)
+        self.slos = slos if slos is not None else load_slos()
+        self.scheduler = scheduler or SchedulerConfig()
+        self.method = method
+        self._latency: dict[str, object] = {}
+        self.pcts = tuple(sorted(set(PERCENTILES).union(*self.slos.percentiles().values())))
+        ref = self.profiles.latency_model(model, self.slos.reference_hardware,
+                                          self.slos.reference_tensor_parallel)
+        self.reference = reference_latencies(ref, stream.prompt_tokens, stream.output_tokens)
+
+    # -- inputs -------------------------------------------------------------------
+    def machine(self, name: str) -> Machine:
+        if name not in self.machines:
+            raise SplitwisePlanError(f"machine {name!r} is unknown; valid: {choices(self.machines)}")
+        return self.machines[name]
+
+    def latency(self, machine: Machine):
+        if machine.hardware not in self._latency:
+            self._latency[machine.hardware] = self.profiles.latency_model(
+                self.model.name, machine.hardware, self.tensor_parallel)
+        return self._latency[machine.hardware]
+
+    def cluster(self, design: str | Design, n_prompt: int, n_token: int = 0) -> Cluster:
+        """Resolve a design and machine counts to a cluster."""
+        d = get_design(design) if isinstance(design, str) else design
+        n_prompt, n_token = int(n_prompt), int(n_token)
+        if n_prompt < 1:
+            raise SplitwisePlanError(f"{d.name} needs at least 1 {'machine' if d.is_baseline else 'prompt machine'}, got {n_prompt}")
+        pm = self.machine(d.prompt_machine)
+        prompt = Pool(pm, n_prompt, self.latency(pm))
+        token = None
+        if not d.is_baseline:
+            if n_token < 1:
+                raise SplitwisePlanError(f"{d.name} needs at least 1 token machine, got {n_token}")
+            tm = self.machine(d.token_machine)
+            token = Pool(tm, n_token, self.latency(tm))
+        return Cluster(d.name, self.model, prompt, token, self.scheduler)
+
+    # -- evaluation ---------------------------------------------------------------
+    def run(self, design: str | Design, n_prompt: int, n_token: int = 0, method: str | None = None) -> SimulationResult:
+        """Simulate one design point."""
+        return self.run_many(design, [(n_prompt, n_token)], method=method)[0]
+
+    def run_many(self, design: str | Design, points: Iterable[Sequence[int]],
+                 method: str | None = None) -> list[SimulationResult]:
+        """Simulate many (prompt, token) machine counts of one design; the fluid method batches them."""
+        method = method or self.method
+        clusters = [self.cluster(design, *pt) for pt in points]
+        if not clusters:
+            return []
+        if method == "events":
+            from .oracle import simulate_events
+            outs = [simulate_events(c, self.stream) for c in clusters]
+            ttft = np.stack([o.ttft for o in outs])
+            e2e = np.stack([o.e2e for o in outs])
+            util = [float(np.mean(o.busy_s) / max(o.horizon_s, 1e-9)) for o in outs]
+            oom = [o.oom for o in outs]
+        else:
+            from .fluid import simulate_fluid
+            out = simulate_fluid(clusters, self.stream)
+            ttft, e2e, util, oom = out.ttft, out.e2e, list(out.utilization), list(out.oom)
+        return self._results(clusters, ttft, e2e, util, oom, method)
+
+    def _results(self, clusters, ttft, e2e, util, oom, method) -> list[SimulationResult]:
+        lat = request_latencies(ttft, e2e, self.stream.output_tokens)
+        r_ttft, r_tbt, r_e2e = self.reference
+        slow = {"ttft": lat["ttft"] / r_ttft, "tbt": lat["tbt"] / r_tbt, "e2e": lat["e2e"] / r_e2e}
+        lat_p = percentiles(lat, self.pcts)
+        slow_p = percentiles(slow, self.pcts)
+        completed = np.sum(np.isfinite(e2e), axis=-1)
+        results = []
+        for i, c in enumerate(clusters):
+            lp = {m: {p: float(v[i]) for p, v in d.items()} for m, d in lat_p.items()}
+            sp = {m: {p: float(v[i]) for p, v in d.items()} for m, d in slow_p.items()}
+            met, viol = self.slos.evaluate(sp, lp)
+            results.append(SimulationResult(
+                design=c.design, model=self.model.name, prompt_machines=c.prompt.count,
+                token_machines=c.token.count if c.token else 0, requests=len(self.stream),
+                completed=int(completed[i]), latency_s=lp, slowdown=sp, slo_met=met,
+                violations=tuple(viol), tightest=self.slos.tightest(sp, lp), cost=c.cost,
+                power=c.power, utilization=float(util[i]), oom=bool(oom[i]), method=method))
+        return results

@@ -1,0 +1,227 @@
+"""Workloads and request streams: what arrives at the cluster, when, and how big.
+
+A ``Workload`` is a bag of request sizes (prompt and output tokens) from a trace;
+``Workload.generate`` draws a seeded Poisson stream from it, as the reference's
+trace generator does. ``load_trace`` replays a trace file exactly instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import SplitwisePlanError, choices
+from .paths import data_file, user_file
+from .profiles import _read_csv, numeric_column
+
+#: Named workloads shipped with the package (Azure LLM inference traces 2023).
+SHIPPED_WORKLOADS = {"coding": "coding.csv", "conversation": "conversation.csv"}
+ALIASES = {"code": "coding", "conv": "conversation"}
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+REFERENCE_COLUMNS = ("arrival_timestamp", "prompt_size", "token_size")
+DEFAULT_DURATION_S = 120.0
+
+
+def workload_names() -> list[str]:
+    """Names of the shipped workloads."""
+    return sorted(SHIPPED_WORKLOADS)
+
+
+def _check_positive(value, what: str) -> float:
+    """A positive finite number, or a user error naming ``what``."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise SplitwisePlanError(f"{what} must be a number, got {value!r}") from None
+    if not np.isfinite(v) or v <= 0:
+        raise SplitwisePlanError(f"{what} must be positive and finite, got {value!r}")
+    return v
+
+
+@dataclass(frozen=True, eq=False)
+class RequestStream:
+    """Requests in arrival order: arrival seconds from 0, prompt tokens, output tokens (first included)."""
+
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    name: str = "stream"
+    horizon_s: float | None = None  # the stream's nominal length when generated; None = last arrival
+
+    def __post_init__(self) -> None:
+        a = np.ascontiguousarray(self.arrival_s, dtype=np.float64)
+        p = np.ascontiguousarray(self.prompt_tokens, dtype=np.int64)
+        o = np.ascontiguousarray(self.output_tokens, dtype=np.int64)
+        if a.ndim != 1 or a.shape != p.shape or a.shape != o.shape:
+            raise SplitwisePlanError(f"request stream {self.name!r}: arrival_s, prompt_tokens and "
+                                     "output_tokens must be 1-D arrays of one length")
+        if a.size and (not np.all(np.isfinite(a)) or a[0] < 0 or np.any(np.diff(a) < 0)):
+            raise SplitwisePlanError(f"request stream {self.name!r}: arrivals must be finite, >= 0 and sorted")
+        if a.size and (p.min() < 1 or o.min() < 1):
+            raise SplitwisePlanError(f"request stream {self.name!r}: prompt and output tokens must be >= 1")
+        for arr in (a, p, o):
+            arr.setflags(write=False)
+        object.__setattr__(self, "arrival_s", a)
+        object.__setattr__(self, "prompt_tokens", p)
+        object.__setattr__(self, "output_tokens", o)
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.size)
+
+    @property
+    def duration_s(self) -> float:
+        """Length of the stream in seconds: the generation horizon, else the last arrival."""
+        if self.horizon_s is not None:
+            return float(self.horizon_s)
+        return float(self.arrival_s[-1]) if len(self) else 0.0
+
+    @property
+    def rate(self) -> float:
+        """Mean arrival rate, requests per second (NaN for a zero-length stream)."""
+        d = self.duration_s
+        return len(self) / d if d > 0 else float("nan")
+
+    def to_frame(self) -> pd.DataFrame:
+        """The stream in the reference simulator's trace format (one row per request)."""
+        n = len(self)
+        return pd.DataFrame({
+            "request_id": np.arange(n), "request_type": np.full(n, 2), "application_id": np.zeros(n, np.int64),
+            "arrival_timestamp": self.arrival_s, "batch_size": np.ones(n, np.int64),
+            "prompt_size": self.prompt_tokens, "token_size": self.output_tokens})
+
+    def to_csv(self, path: str | Path) -> None:
+        """Write the stream as a reference-format trace CSV that ``load_trace`` replays exactly."""
+        self.to_frame().to_csv(path, index=False, float_format="%.17g")
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """Request sizes (prompt and output tokens) to draw streams from."""
+
+    name: str
+    prompt_tokens: np.ndarray = field(repr=False)
+    output_tokens: np.ndarray = field(repr=False)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        p = np.ascontiguousarray(self.prompt_tokens, dtype=np.int64)
+        o = np.ascontiguousarray(self.output_tokens, dtype=np.int64)
+        if p.ndim != 1 or o.ndim != 1 or p.size == 0 or o.size == 0:
+            raise SplitwisePlanError(f"workload {self.name!r} needs non-empty 1-D size samples")
+        if p.min() < 1 or o.min() < 1:
+            raise SplitwisePlanError(f"workload {self.name!r}: prompt and output tokens must be >= 1")
+        object.__setattr__(self, "prompt_tokens", p)
+        object.__setattr__(self, "output_tokens", o)
+
+    def generate(self, rate: float, duration_s: float = DEFAULT_DURATION_S, seed: int = 0,
+                 paired: bool = False) -> RequestStream:
+        """Seeded Poisson stream at ``rate`` req/s over ``duration_s`` s with sizes drawn from the trace.
+
+        Gaps are exponential with mean 1/rate and arrivals at or past ``duration_s`` are cut.
+        Prompt and output sizes are sampled with replacement, independently as the reference
+        generator does, or as (prompt, output) pairs of one trace row when ``paired``.
+        """
+        rate = _check_positive(rate, "rate (requests per second)")
+        duration_s = _check_positive(duration_s, "duration (seconds)")
+        rng = np.random.default_rng(seed)
+        expected = rate * duration_s
+        if expected > 5e7:
+            raise SplitwisePlanError(f"rate x duration = {expected:.3g} requests is too large (max 5e7)")
+        chunk = int(expected + 10.0 * np.sqrt(expected) + 16)
+        arrivals = np.cumsum(rng.exponential(1.0 / rate, size=chunk))
+        while arrivals[-1] < duration_s:  # rare: the first chunk fell short of the horizon
+            more = arrivals[-1] + np.cumsum(rng.exponential(1.0 / rate, size=chunk))
+            arrivals = np.concatenate([arrivals, more])
+        arrivals = arrivals[arrivals < duration_s]
+        n = arrivals.size
+        i = rng.integers(0, self.prompt_tokens.size, size=n)
+        j = i if paired else rng.integers(0, self.output_tokens.size, size=n)
+        return RequestStream(arrivals, self.prompt_tokens[i], self.output_tokens[j],
+                             name=f"{self.name}@{rate:g}rps", horizon_s=duration_s)
+
+    def summary(self) -> dict:
+        """Size statistics: count, mean and P50/P90/P99 of prompt and output tokens."""
+        out: dict = {"name": self.name, "requests": int(self.prompt_tokens.size)}
+        for label, arr in (("prompt", self.prompt_tokens), ("output", self.output_tokens)):
+            out[f"{label}_mean"] = float(arr.mean())
+            for q in (50, 90, 99):
+                out[f"{label}_p{q}"] = float(np.percentile(arr, q))
+        return out
+
+
+def _resolve(name_or_path: str | Path) -> tuple[str, Path]:
+    """(workload name, file) for a shipped workload name or a user trace path."""
+    key = str(name_or_path)
+    key = ALIASES.get(key, key)
+    if key in SHIPPED_WORKLOADS:
+        return key, data_file("workloads", SHIPPED_WORKLOADS[key])
+    p = Path(name_or_path).expanduser()
+    if p.exists() or p.suffix or "/" in key or "\\" in key:
+        return p.stem, user_file(p, "workload")
+    raise SplitwisePlanError(
+        f"unknown workload {key!r}; valid: {choices(SHIPPED_WORKLOADS)} or a path to an Azure-format CSV")
+
+
+def load_trace(path: str | Path) -> RequestStream:
+    """Replay a trace file exactly: Azure format (TIMESTAMP, ContextTokens, GeneratedTokens)
+    or the reference simulator's (arrival_timestamp, prompt_size, token_size).
+
+    Azure timestamps become seconds after the first request; reference arrivals are kept
+    as they are. Rows are put in arrival order (stable) if the file is not sorted.
+    """
+    name, p = _resolve(path)
+    df = _read_csv(p, "trace")
+    cols = set(df.columns)
+    if set(AZURE_COLUMNS) <= cols:
+        prompt_col, output_col = "ContextTokens", "GeneratedTokens"
+        arrivals = _azure_seconds(df, p)
+    elif set(REFERENCE_COLUMNS) <= cols:
+        prompt_col, output_col = "prompt_size", "token_size"
+        if len(df) == 0:
+            raise SplitwisePlanError(f"trace file {p} has no data rows")
+        arrivals = numeric_column(df, "arrival_timestamp", p, "trace", integer=False, positive=False)
+        if arrivals.min() < 0:
+            line = int(np.argmin(arrivals)) + 2
+            raise SplitwisePlanError(f"trace file {p}, line {line}, column arrival_timestamp: negative time")
+    else:
+        raise SplitwisePlanError(
+            f"trace file {p} has columns {', '.join(df.columns) or '(none)'}; expected the Azure format "
+            f"({', '.join(AZURE_COLUMNS)}) or the reference format ({', '.join(REFERENCE_COLUMNS)})")
+    prompt = numeric_column(df, prompt_col, p, "trace", integer=True)
+    output = numeric_column(df, output_col, p, "trace", integer=True)
+    order = np.argsort(arrivals, kind="stable")
+    return RequestStream(arrivals[order], prompt[order], output[order], name=name)
+
+
+def _azure_seconds(df: pd.DataFrame, p: Path) -> np.ndarray:
+    """Azure TIMESTAMP column (wall clock text, or plain seconds) as seconds after the first row."""
+    if len(df) == 0:
+        raise SplitwisePlanError(f"trace file {p} has no data rows")
+    raw = df["TIMESTAMP"]
+    as_number = pd.to_numeric(raw, errors="coerce")
+    if as_number.notna().all():
+        secs = as_number.to_numpy(np.float64)
+    else:
+        ts = pd.to_datetime(raw.astype(str).str.strip(), format="ISO8601", errors="coerce", utc=True)
+        bad = ts.isna().to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise SplitwisePlanError(
+                f"trace file {p}, line {i + 2}, column TIMESTAMP: {raw.iloc[i]!r} is not a time "
+                "like 2023-11-16 18:17:03.9799600")
+        ns = ts.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+        secs = (ns - ns.min()).astype(np.float64) / 1e9
+        return secs
+    if not np.all(np.isfinite(secs)):
+        raise SplitwisePlanError(f"trace file {p}: TIMESTAMP has a non-finite value")
+    return secs - secs.min()
+
+
+def load_workload(name_or_path: str | Path) -> Workload:
+    """A shipped workload (``coding``, ``conversation``) or the sizes in a trace CSV of either format."""
+    stream = load_trace(name_or_path)
+    name, p = _resolve(name_or_path)
+    return Workload(name, stream.prompt_tokens, stream.output_tokens, source=str(p))
