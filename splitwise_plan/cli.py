@@ -186,3 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     return 0
+
+
+# simulate, sweep, check and capacity live in their own module; importing it registers them on ``app``.
+from . import cli_simulate as _cli_simulate  # noqa: E402,F401

@@ -48,7 +48,7 @@ class ProfileAccuracy:
     token_mape_pct: float
 
 
-def _read_csv(path: Path, what: str) -> pd.DataFrame:
+def read_user_csv(path: Path, what: str) -> pd.DataFrame:
     """Read a CSV, turning parser failures into one-line user errors."""
     try:
         df = pd.read_csv(path, skipinitialspace=True)
@@ -83,8 +83,9 @@ def numeric_column(df: pd.DataFrame, col: str, path: Path, what: str, *,
         kind = "a positive integer" if integer else "a positive finite number"
     if bad.any():
         line, i = _bad_row(df, bad)
-        raise SplitwisePlanError(
-            f"{what} file {path}, line {line}, column {col}: {raw.iloc[i]!r} is not {kind}")
+        cell = raw.iloc[i]
+        shown = "an empty value" if pd.isna(cell) else repr(str(cell.item() if hasattr(cell, "item") else cell))
+        raise SplitwisePlanError(f"{what} file {path}, line {line}, column {col}: {shown} is not {kind}")
     return vals.astype(np.int64) if integer else vals
 
 
@@ -103,7 +104,7 @@ class ProfileSet:
             p = data_file("profiles", SHIPPED_PROFILE)
         else:
             p = user_file(path, "profile")
-        return cls(_validate(_read_csv(p, "profile"), p), source=str(p))
+        return cls(_validate(read_user_csv(p, "profile"), p), source=str(p))
 
     def entries(self) -> list[ProfileEntry]:
         """Every (model, hardware, tensor_parallel) present, with its number of rows."""

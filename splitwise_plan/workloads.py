@@ -15,7 +15,7 @@ import pandas as pd
 
 from .errors import SplitwisePlanError, choices
 from .paths import data_file, user_file
-from .profiles import _read_csv, numeric_column
+from .profiles import read_user_csv, numeric_column
 
 #: Named workloads shipped with the package (Azure LLM inference traces 2023).
 SHIPPED_WORKLOADS = {"coding": "coding.csv", "conversation": "conversation.csv"}
@@ -152,7 +152,7 @@ class Workload:
         return out
 
 
-def _resolve(name_or_path: str | Path) -> tuple[str, Path]:
+def _resolve(name_or_path: str | Path, what: str = "workload") -> tuple[str, Path]:
     """(workload name, file) for a shipped workload name or a user trace path."""
     key = str(name_or_path)
     key = ALIASES.get(key, key)
@@ -160,7 +160,7 @@ def _resolve(name_or_path: str | Path) -> tuple[str, Path]:
         return key, data_file("workloads", SHIPPED_WORKLOADS[key])
     p = Path(name_or_path).expanduser()
     if p.exists() or p.suffix or "/" in key or "\\" in key:
-        return p.stem, user_file(p, "workload")
+        return p.stem, user_file(p, what)
     raise SplitwisePlanError(
         f"unknown workload {key!r}; valid: {choices(SHIPPED_WORKLOADS)} or a path to an Azure-format CSV")
 
@@ -172,8 +172,8 @@ def load_trace(path: str | Path) -> RequestStream:
     Azure timestamps become seconds after the first request; reference arrivals are kept
     as they are. Rows are put in arrival order (stable) if the file is not sorted.
     """
-    name, p = _resolve(path)
-    df = _read_csv(p, "trace")
+    name, p = _resolve(path, "trace")
+    df = read_user_csv(p, "trace")
     cols = set(df.columns)
     if set(AZURE_COLUMNS) <= cols:
         prompt_col, output_col = "ContextTokens", "GeneratedTokens"
@@ -222,6 +222,6 @@ def _azure_seconds(df: pd.DataFrame, p: Path) -> np.ndarray:
 
 def load_workload(name_or_path: str | Path) -> Workload:
     """A shipped workload (``coding``, ``conversation``) or the sizes in a trace CSV of either format."""
-    stream = load_trace(name_or_path)
-    name, p = _resolve(name_or_path)
+    name, p = _resolve(name_or_path)  # checks the name or file first, as a workload
+    stream = load_trace(p)
     return Workload(name, stream.prompt_tokens, stream.output_tokens, source=str(p))

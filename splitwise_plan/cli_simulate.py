@@ -1,0 +1,700 @@
+"""CLI commands that simulate given clusters: ``simulate``, ``sweep``, ``check`` and ``capacity``.
+
+They hang off the ``app`` of :mod:`splitwise_plan.cli` (imported at its end). Every bad
+input is a ``SplitwisePlanError`` (one line, exit 2), including option parsing errors,
+which :class:`ReportCommand` converts. ``check`` exits 1 when an SLO fails.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import click
+import typer
+from rich.table import Table
+from typer.core import TyperCommand
+
+from .cli import app, console
+from .designs import Design, get_design
+from .errors import SplitwisePlanError
+from .progress import progress
+
+STDOUT = "-"
+MAX_GRID_POINTS = 200_000
+MIN_STREAM_REQUESTS = 10  # capacity: never try a rate that gives fewer requests than this
+MAX_STREAM_REQUESTS = 2_000_000  # capacity: stop raising the rate past this many requests
+
+
+class ReportCommand(TyperCommand):
+    """A command whose ``--json`` takes an optional FILE (bare ``--json`` = stdout) and whose
+    option-parsing errors become one-line user errors (exit 2) instead of a usage box."""
+
+    optional_value_options = ("--json",)
+
+    def parse_args(self, ctx, args):
+        args = list(args)
+        out = []
+        for i, a in enumerate(args):
+            out.append(a)
+            if a in self.optional_value_options:
+                nxt = args[i + 1] if i + 1 < len(args) else None
+                if nxt is None or (nxt.startswith("-") and nxt != STDOUT):
+                    out.append(STDOUT)
+        try:
+            return super().parse_args(ctx, out)
+        except click.UsageError as exc:
+            raise SplitwisePlanError(exc.format_message()) from None
+
+
+# --- shared options ------------------------------------------------------------------
+
+ADV = "Advanced"
+OUT = "Output"
+
+
+def _opt_workload():
+    return typer.Option("coding", "--workload", "-w", metavar="NAME|FILE",
+                        help="Request sizes: coding, conversation, or a trace CSV to draw sizes from.")
+
+
+def _opt_trace():
+    return typer.Option(None, "--trace", metavar="FILE",
+                        help="Replay this trace CSV exactly (Azure or reference format) instead of a generated stream.")
+
+
+def _opt_duration():
+    return typer.Option(120.0, "--duration", metavar="S", help="Length of the generated stream, seconds.")
+
+
+def _opt_seed():
+    return typer.Option(0, "--seed", help="Seed of the generated stream.")
+
+
+def _opt_slo():
+    return typer.Option(None, "--slo", "--slos", metavar="FILE", help="SLO TOML file. Default: the paper's Table VI.")
+
+
+def _opt_machines_file():
+    return typer.Option(None, "--machines-file", metavar="FILE",
+                        help="Machine TOML file overriding or extending the builtin machine catalog.")
+
+
+def _opt_profiles():
+    return typer.Option(None, "--profiles", metavar="FILE", help="Profile CSV. Default: the shipped perf_model.csv.")
+
+
+def _opt_method():
+    return typer.Option("fluid", "--method", metavar="fluid|events", rich_help_panel=ADV,
+                        help="Simulator: fluid (fast, default) or events (the discrete-event oracle, slow).")
+
+
+def _opt_json():
+    return typer.Option(None, "--json", metavar="[FILE]", rich_help_panel=OUT,
+                        help="Write the JSON report to FILE; bare --json prints JSON to stdout instead of the table.")
+
+
+def _opt_csv():
+    return typer.Option(None, "--csv", metavar="FILE", rich_help_panel=OUT, help="Write one CSV row per design point.")
+
+
+def _opt_quiet():
+    return typer.Option(False, "--quiet", "-q", rich_help_panel=OUT, help="No progress bar.")
+
+
+# --- inputs ---------------------------------------------------------------------------
+
+@dataclass
+class Inputs:
+    """Everything the simulator is built from, resolved and validated, plus its report echo."""
+
+    stream: object
+    model: str
+    tensor_parallel: int
+    workload: Optional[str]
+    trace: Optional[Path]
+    rate: float
+    duration_s: float
+    seed: Optional[int]
+    slo_file: Optional[Path]
+    slos: object
+    machines_file: Optional[Path]
+    machines: dict
+    profiles_file: Optional[Path]
+    profiles: object
+    method: str
+
+    def simulator(self, stream=None):
+        from .simulator import Simulator
+        return Simulator(stream if stream is not None else self.stream, self.model,
+                         tensor_parallel=self.tensor_parallel, profiles=self.profiles,
+                         machines=self.machines, slos=self.slos, method=self.method)
+
+    def report(self, **extra) -> dict:
+        from .reports import report_inputs
+        return report_inputs(model=self.model, tensor_parallel=self.tensor_parallel, workload=self.workload,
+                             trace=self.trace, rate=self.rate, duration_s=self.duration_s, seed=self.seed,
+                             requests=len(self.stream) if self.stream is not None else None,
+                             slo_file=self.slo_file, slos=self.slos, machines_file=self.machines_file,
+                             machines=self.machines, profiles_file=self.profiles_file,
+                             method=self.method, **extra)
+
+    def describe(self) -> str:
+        src = f"trace {self.trace}" if self.trace else f"{self.workload} at {self.rate:g} req/s, {self.duration_s:g} s, seed {self.seed}"
+        n = f", {len(self.stream):,} requests" if self.stream is not None else ""
+        return f"{src}{n}; {self.model} TP{self.tensor_parallel}; simulated with method {self.method}"
+
+
+def check_method(method: str) -> str:
+    from .simulator import METHODS
+    m = (method or "").strip().lower()
+    if m not in METHODS:
+        raise SplitwisePlanError(f"--method {method!r} is unknown; valid: {', '.join(METHODS)}")
+    if m == "fluid" and importlib.util.find_spec("splitwise_plan.fluid") is None:
+        raise SplitwisePlanError("the fluid simulator is not available in this build; use --method events")
+    return m
+
+
+def check_positive(value: float, flag: str) -> float:
+    if value is None or not math.isfinite(value) or value <= 0:
+        raise SplitwisePlanError(f"{flag} must be a positive number, got {value:g}" if value is not None
+                                 else f"{flag} is required")
+    return float(value)
+
+
+def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], trace: Optional[Path],
+                   duration: float, seed: int, slo: Optional[Path], machines_file: Optional[Path],
+                   profiles: Optional[Path], method: str, need_stream: bool = True,
+                   allow_trace: bool = True) -> Inputs:
+    """Validate the shared inputs cheaply first (names, numbers), then load the files and the stream."""
+    from .machines import load_machines
+    from .models import get_model
+    from .profiles import ProfileSet
+    from .slos import load_slos
+    from .workloads import load_trace, load_workload
+
+    get_model(model)
+    if tp is None or tp < 1:
+        raise SplitwisePlanError(f"--tp must be a positive integer, got {tp}")
+    method = check_method(method)
+    check_positive(duration, "--duration")
+    if trace is not None and not allow_trace:
+        raise SplitwisePlanError("--trace is not supported here (the rate varies); "
+                                 "use --workload FILE to draw request sizes from a trace")
+    if trace is not None and rps is not None:
+        raise SplitwisePlanError("give --rps (a generated stream) or --trace (a replayed file), not both")
+    if rps is not None:
+        check_positive(rps, "--rps")
+    elif trace is None and need_stream:
+        raise SplitwisePlanError("give --rps R (requests per second) or --trace FILE")
+    slos = load_slos(slo)
+    machines = load_machines(machines_file)
+    profileset = ProfileSet.load(profiles)
+    profileset.latency_model(model, slos.reference_hardware, slos.reference_tensor_parallel)
+    stream, wl_name = None, None
+    if trace is not None:
+        stream = load_trace(trace)
+        rate, dur, seed_used = stream.rate, stream.duration_s, None
+    else:
+        wl = load_workload(workload)
+        wl_name = wl.name
+        rate, dur, seed_used = rps, duration, seed
+        if need_stream:
+            stream = wl.generate(rps, duration_s=duration, seed=seed)
+            if len(stream) == 0:
+                raise SplitwisePlanError(f"{rps:g} req/s over {duration:g} s gives no request; "
+                                         "raise --rps or --duration")
+    return Inputs(stream, model, int(tp), wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
+                  machines, profiles, profileset, method)
+
+
+def resolve_counts(design: Design, prompt: Optional[int], token: Optional[int],
+                   machines: Optional[int]) -> tuple[int, int]:
+    """(prompt, token) machine counts for a design from --prompt/--token or --machines."""
+    if design.is_baseline:
+        if prompt is not None or token is not None:
+            raise SplitwisePlanError(f"{design.name} is a baseline (one pool): give --machines N, "
+                                     "not --prompt/--token")
+        if machines is None:
+            raise SplitwisePlanError(f"{design.name} needs --machines N (the number of machines)")
+        if machines < 1:
+            raise SplitwisePlanError(f"--machines must be at least 1, got {machines}")
+        return machines, 0
+    if machines is not None:
+        raise SplitwisePlanError(f"{design.name} has a prompt and a token pool: give --prompt P --token T, "
+                                 "not --machines")
+    missing = [f for f, v in (("--prompt", prompt), ("--token", token)) if v is None]
+    if missing:
+        raise SplitwisePlanError(f"{design.name} needs {' and '.join(missing)} (machine counts of each pool)")
+    for flag, v in (("--prompt", prompt), ("--token", token)):
+        if v < 1:
+            raise SplitwisePlanError(f"{flag} must be at least 1, got {v}")
+    return prompt, token
+
+
+def parse_counts(text: str, flag: str) -> list[int]:
+    """Machine counts from ``a:b`` (inclusive), ``a:b:step``, a comma list ``4,8,16`` or one number."""
+    s = (text or "").strip()
+    if not s:
+        raise SplitwisePlanError(f"{flag} is empty; give a count, a range a:b[:step] or a list a,b,c")
+    values: list[int] = []
+    for part in s.split(","):
+        part = part.strip()
+        try:
+            nums = [int(x) for x in part.split(":")]
+        except ValueError:
+            raise SplitwisePlanError(f"{flag} {text!r}: {part!r} is not a whole number or a range a:b[:step]") from None
+        if len(nums) == 1:
+            values.append(nums[0])
+            continue
+        if len(nums) not in (2, 3):
+            raise SplitwisePlanError(f"{flag} {text!r}: a range is a:b or a:b:step")
+        a, b, step = nums[0], nums[1], nums[2] if len(nums) == 3 else 1
+        if step < 1:
+            raise SplitwisePlanError(f"{flag} {text!r}: the step must be at least 1")
+        if b < a:
+            raise SplitwisePlanError(f"{flag} {text!r}: the range end {b} is below its start {a}")
+        values.extend(range(a, b + 1, step))
+    bad = [v for v in values if v < 1]
+    if bad:
+        raise SplitwisePlanError(f"{flag} {text!r}: machine counts must be at least 1, got {bad[0]}")
+    return sorted(set(values))
+
+
+def _json_target(json_out: Optional[str]) -> Optional[str]:
+    if json_out is None or json_out == STDOUT:
+        return json_out
+    from .reports import check_writable
+    check_writable(json_out, "JSON report")
+    return json_out
+
+
+def _check_outputs(json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path] = None) -> None:
+    from .reports import check_writable
+    _json_target(json_out)
+    if csv_out is not None:
+        check_writable(csv_out, "CSV report")
+    if plot is not None:
+        from .plots import check_plot_path
+        check_plot_path(plot)
+
+
+def _print_json(doc) -> None:
+    from .reports import dumps
+    sys.stdout.write(dumps(doc))
+    sys.stdout.flush()
+
+
+def _note(msg: str, quiet: bool) -> None:
+    if not quiet:
+        sys.stderr.write(msg + "\n")
+
+
+# --- simulate ------------------------------------------------------------------------
+
+def _fmt(v: float, digits: int = 4) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.{digits}g}"
+
+
+def result_table(result, slos, title: str, caption: str = "") -> Table:
+    """The nine percentiles (raw seconds and slowdown), each SLO's limit and whether it holds."""
+    by_key = {(s["metric"], s["percentile"], s["unit"]): s for s in slos.assess(result.slowdown, result.latency_s)}
+    table = Table(title=title, caption=caption)
+    for col in ("metric", "percentile", "latency, s", "slowdown", "SLO limit", "margin", "holds"):
+        table.add_column(col, justify="left" if col in ("metric", "holds") else "right")
+    for metric in ("ttft", "tbt", "e2e"):
+        for p in sorted(result.latency_s.get(metric, {})):
+            lat, slow = result.latency_s[metric][p], result.slowdown[metric][p]
+            rows = [s for (m, q, _), s in by_key.items() if m == metric and q == p]
+            if not rows:
+                table.add_row(metric.upper(), f"P{p:g}", _fmt(lat), _fmt(slow), "", "", "")
+            for s in rows:
+                unit = "x" if s["unit"] == "slowdown" else " s"
+                table.add_row(metric.upper(), f"P{p:g}", _fmt(lat), _fmt(slow), f"< {s['limit']:g}{unit}",
+                              _fmt(s["margin"], 3), "[green]yes[/]" if s["met"] else "[bold red]NO[/]")
+    return table
+
+
+def _counts_label(result) -> str:
+    if result.token_machines:
+        return f"{result.design}, {result.prompt_machines} prompt + {result.token_machines} token machines"
+    return f"{result.design}, {result.prompt_machines} machines"
+
+
+def _slo_verdict(result, n_slos: int) -> str:
+    if result.slo_met:
+        return f"[green]all {n_slos} SLOs hold[/]"
+    return f"[bold red]{len(result.violations)} of {n_slos} SLOs violated[/]"
+
+
+@app.command("simulate", cls=ReportCommand)
+def simulate_cmd(
+    design: str = typer.Option(..., "--design", "-d", help="splitwise-aa|hh|ha|hhcap, baseline-a100|h100, or AA, HH, HA, HHcap, A100, H100."),
+    prompt: Optional[int] = typer.Option(None, "--prompt", "-p", help="Prompt machines (Splitwise designs)."),
+    token: Optional[int] = typer.Option(None, "--token", "-t", help="Token machines (Splitwise designs)."),
+    machines: Optional[int] = typer.Option(None, "--machines", "-m", help="Machines (baselines)."),
+    rps: Optional[float] = typer.Option(None, "--rps", help="Request rate of the generated stream, req/s."),
+    workload: str = _opt_workload(),
+    model: str = typer.Option("bloom-176b", "--model", help="Model as named in the profiles."),
+    tp: int = typer.Option(8, "--tp", help="Tensor parallelism."),
+    trace: Optional[Path] = _opt_trace(),
+    duration: float = _opt_duration(),
+    seed: int = _opt_seed(),
+    slo: Optional[Path] = _opt_slo(),
+    machines_file: Optional[Path] = _opt_machines_file(),
+    profiles: Optional[Path] = _opt_profiles(),
+    json_out: Optional[str] = _opt_json(),
+    csv_out: Optional[Path] = _opt_csv(),
+    quiet: bool = _opt_quiet(),
+    method: str = _opt_method(),
+) -> None:
+    """Simulate one cluster design: the nine SLO percentiles, cost and power (exit 0 either way)."""
+    from .reports import build_report, write_csv, write_json
+
+    d = get_design(design)
+    n_prompt, n_token = resolve_counts(d, prompt, token, machines)
+    _check_outputs(json_out, csv_out)
+    inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
+                         seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method)
+    sim = inp.simulator()
+    with progress(None, f"simulating {d.name} ({inp.method})", quiet=quiet):
+        result = sim.run(d, n_prompt, n_token)
+    if csv_out is not None:
+        write_csv(csv_out, [result.flat()])
+    if json_out not in (None, STDOUT):
+        write_json(json_out, build_report("simulate", inp.report(), [result]))
+    if json_out == STDOUT:
+        _print_json(result.to_dict())
+        return
+    c = console()
+    c.print(result_table(result, inp.slos, title=_counts_label(result)))
+    c.print(inp.describe())
+    c.print(f"{result.requests:,} requests, {result.completed:,} completed"
+            + ("; [yellow]memory overflow: a KV transfer waited for token-machine memory[/]" if result.oom else ""))
+    c.print(f"cost {result.cost:.4g}, power {result.power:.4g}, utilization {result.utilization:.0%}; "
+            f"{_slo_verdict(result, len(inp.slos))}")
+    for p in (json_out, csv_out):
+        if p not in (None, STDOUT):
+            _note(f"wrote {p}", quiet)
+
+
+# --- sweep ------------------------------------------------------------------------------
+
+def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool = False,
+             batch: int | None = None, label: str = "sweep") -> list:
+    """Evaluate design points in batches with ``run_many``, with a progress bar."""
+    size = batch or (256 if sim.method == "fluid" else 1)
+    results = []
+    with progress(len(points), f"{label} {design.name} ({sim.method})", quiet=quiet) as bar:
+        for i in range(0, len(points), size):
+            chunk = points[i:i + size]
+            results.extend(sim.run_many(design, chunk))
+            bar.advance(len(chunk))
+    return results
+
+
+@app.command("sweep", cls=ReportCommand)
+def sweep_cmd(
+    design: str = typer.Option(..., "--design", "-d", help="Design name or short form (HH, HA, AA, HHcap, A100, H100)."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", "-p", metavar="RANGE",
+                                         help="Prompt machines: a:b (inclusive), a:b:step, or a,b,c."),
+    token: Optional[str] = typer.Option(None, "--token", "-t", metavar="RANGE", help="Token machines (same forms)."),
+    machines: Optional[str] = typer.Option(None, "--machines", "-m", metavar="RANGE", help="Machines (baselines)."),
+    rps: Optional[float] = typer.Option(None, "--rps", help="Request rate of the generated stream, req/s."),
+    workload: str = _opt_workload(),
+    model: str = typer.Option("bloom-176b", "--model", help="Model as named in the profiles."),
+    tp: int = typer.Option(8, "--tp", help="Tensor parallelism."),
+    trace: Optional[Path] = _opt_trace(),
+    duration: float = _opt_duration(),
+    seed: int = _opt_seed(),
+    slo: Optional[Path] = _opt_slo(),
+    machines_file: Optional[Path] = _opt_machines_file(),
+    profiles: Optional[Path] = _opt_profiles(),
+    json_out: Optional[str] = _opt_json(),
+    csv_out: Optional[Path] = _opt_csv(),
+    plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE", rich_help_panel=OUT,
+                                        help="Design-space map (like the paper's Fig. 12): .png, .svg or .html."),
+    quiet: bool = _opt_quiet(),
+    method: str = _opt_method(),
+) -> None:
+    """Simulate a grid of machine counts of one design: one CSV row per design point (the paper's Fig. 12)."""
+    from .plots import optimum, _point, write_plot
+    from .reports import build_report, write_csv, write_json
+
+    d = get_design(design)
+    if d.is_baseline:
+        if prompt is not None or token is not None:
+            raise SplitwisePlanError(f"{d.name} is a baseline (one pool): give --machines RANGE, not --prompt/--token")
+        if machines is None:
+            raise SplitwisePlanError(f"{d.name} needs --machines RANGE (e.g. 10:40)")
+        grid = [(m, 0) for m in parse_counts(machines, "--machines")]
+    else:
+        if machines is not None:
+            raise SplitwisePlanError(f"{d.name} has a prompt and a token pool: give --prompt and --token ranges, "
+                                     "not --machines")
+        missing = [f for f, v in (("--prompt", prompt), ("--token", token)) if v is None]
+        if missing:
+            raise SplitwisePlanError(f"{d.name} needs {' and '.join(missing)} (ranges like 20:30)")
+        ps, ts = parse_counts(prompt, "--prompt"), parse_counts(token, "--token")
+        if len(ps) * len(ts) > MAX_GRID_POINTS:
+            raise SplitwisePlanError(f"the grid has {len(ps) * len(ts):,} points; at most {MAX_GRID_POINTS:,}")
+        grid = [(p, t) for p in ps for t in ts]
+    _check_outputs(json_out, csv_out, plot)
+    inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
+                         seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method)
+    sim = inp.simulator()
+    results = run_grid(sim, d, grid, quiet=quiet)
+    best = optimum([_point(r) for r in results])
+    best_result = next((r for r in results if best and (r.prompt_machines, r.token_machines)
+                        == (best["prompt"], best["token"])), None)
+    summary = {"design": d.name, "points": len(results), "passing": sum(r.slo_met for r in results),
+               "optimum": None if best_result is None else {
+                   "prompt_machines": best_result.prompt_machines, "token_machines": best_result.token_machines,
+                   "machines": best_result.machines, "cost": best_result.cost, "power": best_result.power}}
+    if csv_out is not None:
+        write_csv(csv_out, [r.flat() for r in results])
+    if plot is not None:
+        write_plot(plot, sweep=results, title=f"{d.name} design space, {inp.describe()}")
+    if json_out is not None:
+        doc = build_report("sweep", inp.report(), results, sweep=summary)
+        if json_out == STDOUT:
+            _print_json(doc)
+            return
+        write_json(json_out, doc)
+    c = console()
+    table = Table(title=f"Sweep of {d.name}: {len(results):,} design points, {summary['passing']:,} hold all SLOs",
+                  caption=inp.describe())
+    for col in ("prompt", "token", "machines", "cost", "power", "tightest SLO", "value / limit", "holds"):
+        table.add_column(col, justify="right")
+    ok = sorted((r for r in results if r.slo_met), key=lambda r: (r.cost, r.power, r.machines))[:10]
+    for r in ok:
+        t = r.tightest
+        table.add_row(str(r.prompt_machines), str(r.token_machines) if r.token_machines else "-", str(r.machines),
+                      f"{r.cost:.4g}", f"{r.power:.4g}", f"{t['metric'].upper()} P{t['percentile']:g}",
+                      _fmt(t["ratio"], 3), "[green]yes[/]")
+    if ok:
+        table.caption = f"the {len(ok)} cheapest passing design points; " + inp.describe()
+        c.print(table)
+    else:
+        c.print(f"no design point of the {len(results):,} holds all SLOs ({inp.describe()})")
+    for p in (json_out, csv_out, plot):
+        if p is not None:
+            _note(f"wrote {p}", quiet)
+
+
+# --- check and capacity -------------------------------------------------------------------
+
+def _load_spec(cluster_file: Path, machines_file: Optional[Path]):
+    from .cluster_file import load_cluster
+    from .machines import load_machines
+    return load_cluster(cluster_file, load_machines(machines_file))
+
+
+def _scaled_trace(stream, factor: float):
+    """The trace with arrivals compressed so the rate is ``factor`` times higher."""
+    from .workloads import RequestStream
+    return RequestStream(stream.arrival_s / factor, stream.prompt_tokens, stream.output_tokens,
+                         name=f"{stream.name}x{factor:g}",
+                         horizon_s=None if stream.horizon_s is None else stream.horizon_s / factor)
+
+
+def violation_lines(result) -> list[str]:
+    out = []
+    for v in result.violations:
+        unit = "x" if v["unit"] == "slowdown" else " s"
+        value = v["value"]
+        val = "not finished (inf)" if not math.isfinite(value) else f"{value:.4g}{unit}"
+        margin = "-inf" if not math.isfinite(v["margin"]) else f"{v['margin']:.4g}"
+        out.append(f"  {v['metric'].upper()} P{v['percentile']:g} {v['unit']}: {val}, limit < {v['limit']:g}{unit}, "
+                   f"margin {margin}")
+    return out
+
+
+@app.command("check", cls=ReportCommand)
+def check_cmd(
+    cluster_file: Path = typer.Argument(..., metavar="CLUSTER_FILE", help="The deployed cluster, TOML (or YAML)."),
+    rps: Optional[float] = typer.Option(None, "--rps", help="Expected request rate, req/s."),
+    headroom: float = typer.Option(0.0, "--headroom", help="Require the SLOs at rate x (1 + headroom), e.g. 0.2."),
+    workload: str = _opt_workload(),
+    trace: Optional[Path] = _opt_trace(),
+    duration: float = _opt_duration(),
+    seed: int = _opt_seed(),
+    slo: Optional[Path] = _opt_slo(),
+    machines_file: Optional[Path] = _opt_machines_file(),
+    profiles: Optional[Path] = _opt_profiles(),
+    json_out: Optional[str] = _opt_json(),
+    csv_out: Optional[Path] = _opt_csv(),
+    quiet: bool = _opt_quiet(),
+    method: str = _opt_method(),
+) -> None:
+    """CI gate: exit 0 when all SLOs hold at the rate (with headroom), 1 when any fails, 2 on bad input."""
+    from .reports import build_report, write_csv, write_json
+
+    if headroom is None or not math.isfinite(headroom) or headroom < 0:
+        raise SplitwisePlanError(f"--headroom must be a number >= 0 (0.2 = 20% more load), got {headroom:g}")
+    if rps is None and trace is None:
+        raise SplitwisePlanError("give --rps R (the expected requests per second) or --trace FILE")
+    spec = _load_spec(cluster_file, machines_file)
+    _check_outputs(json_out, csv_out)
+    factor = 1.0 + headroom
+    inp = resolve_inputs(model=spec.model, tp=spec.tensor_parallel, workload=workload,
+                         rps=None if rps is None else check_positive(rps, "--rps") * factor, trace=trace,
+                         duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
+                         method=method)
+    if trace is not None and factor != 1.0:
+        inp.stream = _scaled_trace(inp.stream, factor)
+        inp.rate = inp.stream.rate
+        inp.duration_s = inp.stream.duration_s
+    sim = inp.simulator()
+    with progress(None, f"checking {spec.label} ({inp.method})", quiet=quiet):
+        result = sim.run(spec.design, spec.prompt_machines, spec.token_machines)
+    base_rate = rps if rps is not None else inp.rate / factor
+    check = {"cluster": spec.to_dict(), "rps": base_rate, "headroom": headroom, "checked_rps": inp.rate,
+             "passed": result.slo_met, "method": inp.method}
+    if csv_out is not None:
+        write_csv(csv_out, [{**result.flat(), "checked_rps": inp.rate, "headroom": headroom}])
+    if json_out is not None:
+        doc = build_report("check", inp.report(cluster_file=str(cluster_file)), [result], check=check)
+        if json_out == STDOUT:
+            _print_json(doc)
+        else:
+            write_json(json_out, doc)
+    if json_out != STDOUT:
+        rate_txt = (f"{inp.rate:.4g} req/s ({base_rate:.4g} req/s + {headroom:.0%} headroom)"
+                    if headroom else f"{inp.rate:.4g} req/s")
+        src = f"trace {trace}" if trace else f"{inp.workload}, {inp.duration_s:g} s, seed {inp.seed}"
+        lines = [f"check: {spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}",
+                 f"       at {rate_txt}; {src}; {len(inp.stream):,} requests; method {inp.method}"]
+        n = len(inp.slos)
+        if result.slo_met:
+            t = result.tightest
+            lines.append(f"PASS: all {n} SLOs hold (tightest: {t['metric'].upper()} P{t['percentile']:g} "
+                         f"{t['value']:.4g} < {t['limit']:g}, margin {t['margin']:.4g})")
+        else:
+            lines.append(f"FAIL: {len(result.violations)} of {n} SLOs violated:")
+            lines.extend(violation_lines(result))
+        typer.echo("\n".join(lines))
+    if not result.slo_met:
+        raise typer.Exit(code=1)
+
+
+def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: float, max_rate: float,
+                  on_trial=None):
+    """Highest rate in [min_rate, max_rate] at which ``run_at(rate).slo_met`` holds, by doubling then
+    bisection to relative ``precision``. Returns (rate or None, fail_rate or None, trials)."""
+    trials = []
+
+    def ok(rate):
+        r = run_at(rate)
+        trials.append((rate, r))
+        if on_trial:
+            on_trial(rate, r, trials)
+        return r.slo_met
+
+    rate = min(max(start, min_rate), max_rate)
+    lo = hi = None
+    if ok(rate):
+        lo = rate
+        while hi is None:
+            if lo >= max_rate:
+                return lo, None, trials
+            nxt = min(lo * 2.0, max_rate)
+            if ok(nxt):
+                lo = nxt
+            else:
+                hi = nxt
+    else:
+        hi = rate
+        while lo is None:
+            if hi <= min_rate:
+                return None, hi, trials
+            nxt = max(hi / 2.0, min_rate)
+            if ok(nxt):
+                lo = nxt
+            else:
+                hi = nxt
+    while (hi - lo) > precision * lo:
+        mid = (lo + hi) / 2.0
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi, trials
+
+
+@app.command("capacity", cls=ReportCommand)
+def capacity_cmd(
+    cluster_file: Path = typer.Argument(..., metavar="CLUSTER_FILE", help="The deployed cluster, TOML (or YAML)."),
+    workload: str = _opt_workload(),
+    duration: float = _opt_duration(),
+    seed: int = _opt_seed(),
+    precision: float = typer.Option(0.01, "--precision", help="Relative precision of the bisection on the rate."),
+    start_rps: Optional[float] = typer.Option(None, "--start-rps", rich_help_panel=ADV,
+                                              help="First rate to try (default: 2 req/s per machine)."),
+    slo: Optional[Path] = _opt_slo(),
+    machines_file: Optional[Path] = _opt_machines_file(),
+    profiles: Optional[Path] = _opt_profiles(),
+    json_out: Optional[str] = _opt_json(),
+    csv_out: Optional[Path] = _opt_csv(),
+    quiet: bool = _opt_quiet(),
+    method: str = _opt_method(),
+) -> None:
+    """The highest request rate at which the cluster holds all SLOs (bisection on the rate, same seed)."""
+    from .reports import build_report, write_csv, write_json
+    from .workloads import load_workload
+
+    if not math.isfinite(precision) or not 0 < precision < 1:
+        raise SplitwisePlanError(f"--precision must be between 0 and 1 (0.01 = 1%), got {precision:g}")
+    if start_rps is not None:
+        check_positive(start_rps, "--start-rps")
+    spec = _load_spec(cluster_file, machines_file)
+    _check_outputs(json_out, csv_out)
+    inp = resolve_inputs(model=spec.model, tp=spec.tensor_parallel, workload=workload, rps=None, trace=None,
+                         duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
+                         method=method, need_stream=False)
+    wl = load_workload(workload)
+    results_by_rate = {}
+
+    def run_at(rate):
+        stream = wl.generate(rate, duration_s=duration, seed=seed)
+        r = inp.simulator(stream).run(spec.design, spec.prompt_machines, spec.token_machines)
+        results_by_rate[rate] = (r, len(stream))
+        return r
+
+    with progress(None, f"capacity of {spec.label} ({inp.method})", quiet=quiet) as bar:
+        def on_trial(rate, r, trials):
+            bar.update(description=f"capacity of {spec.label}: {rate:.4g} req/s "
+                                   f"{'holds' if r.slo_met else 'fails'} (trial {len(trials)})")
+        cap, fail, trials = find_capacity(
+            run_at, start=start_rps or 2.0 * spec.machines, precision=precision,
+            min_rate=MIN_STREAM_REQUESTS / duration, max_rate=MAX_STREAM_REQUESTS / duration, on_trial=on_trial)
+    inp.rate = cap
+    at = results_by_rate[cap][0] if cap is not None else None
+    summary = {"cluster": spec.to_dict(), "capacity_rps": cap, "fails_at_rps": fail, "precision": precision,
+               "method": inp.method, "workload": wl.name, "duration_s": duration, "seed": seed,
+               "trials": [{"rate_rps": rate, "requests": results_by_rate[rate][1], "slo_met": r.slo_met,
+                           "tightest": r.tightest} for rate, r in trials]}
+    if csv_out is not None:
+        write_csv(csv_out, [{"rate_rps": rate, **r.flat()} for rate, r in trials])
+    if json_out is not None:
+        doc = build_report("capacity", inp.report(cluster_file=str(cluster_file)), [at] if at else [],
+                           capacity=summary)
+        if json_out == STDOUT:
+            _print_json(doc)
+        else:
+            write_json(json_out, doc)
+    if json_out != STDOUT:
+        head = f"{spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}"
+        how = f"{wl.name}, {duration:g} s, seed {seed}, method {inp.method}, {len(trials)} simulations"
+        if cap is None:
+            typer.echo(f"capacity of {head}: none; the SLOs fail even at {fail:.4g} req/s ({how})")
+        elif fail is None:
+            typer.echo(f"capacity of {head}: at least {cap:.4g} req/s (the largest rate tried; {how})")
+        else:
+            typer.echo(f"capacity of {head}: {cap:.4g} req/s (holds at {cap:.4g}, fails at {fail:.4g}; {how})")
+    if cap is None:
+        raise typer.Exit(code=1)

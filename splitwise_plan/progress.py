@@ -1,0 +1,114 @@
+"""Progress bars for long runs: on stderr, only once a run has lasted about a second.
+
+``with progress(total, "sweep", quiet=quiet) as bar: ... bar.advance(n)``. The bar
+appears after ``delay_s`` (so quick runs print nothing), never when ``quiet``, and
+without colour when stderr is not a terminal (or ``NO_COLOR`` is set). It is drawn on
+stderr, so stdout stays clean for tables and JSON.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+DEFAULT_DELAY_S = 1.0
+
+
+def stderr_console() -> Console:
+    """A rich console on stderr; plain text (no colour, no animation) when not a terminal."""
+    c = Console(stderr=True, highlight=False)
+    if not c.is_terminal:
+        c = Console(stderr=True, highlight=False, no_color=True, color_system=None)
+    return c
+
+
+class ProgressBar:
+    """A progress bar that shows itself only when the run lasts longer than ``delay_s``."""
+
+    def __init__(self, total: float | None, description: str, *, quiet: bool = False,
+                 delay_s: float = DEFAULT_DELAY_S, console: Console | None = None) -> None:
+        self.total = total
+        self.description = description
+        self.quiet = quiet
+        self.delay_s = delay_s
+        self.completed = 0.0
+        self.shown = False
+        self._t0 = time.monotonic()
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._progress: Progress | None = None
+        self._task = None
+        self._console = console
+
+    # -- lifecycle ------------------------------------------------------------------
+    def start(self) -> "ProgressBar":
+        self._t0 = time.monotonic()
+        if not self.quiet:
+            self._timer = threading.Timer(self.delay_s, self._show)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def _show(self) -> None:
+        with self._lock:
+            if self.shown or self._timer is None:
+                return
+            console = self._console or stderr_console()
+            columns = [SpinnerColumn(), TextColumn("{task.description}")]
+            if self.total is not None:
+                columns += [BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("eta"), TimeRemainingColumn()]
+            else:
+                columns += [TimeElapsedColumn()]
+            self._progress = Progress(*columns, console=console, transient=console.is_terminal,
+                                      disable=False)
+            self._task = self._progress.add_task(self.description, total=self.total,
+                                                 completed=self.completed)
+            self._progress.start()
+            self.shown = True
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._progress is not None:
+                self._progress.stop()
+                self._progress = None
+
+    # -- updates ---------------------------------------------------------------------
+    def advance(self, n: float = 1) -> None:
+        with self._lock:
+            self.completed += n
+            if self._progress is not None:
+                self._progress.update(self._task, completed=self.completed)
+
+    def update(self, *, description: str | None = None, completed: float | None = None) -> None:
+        with self._lock:
+            if completed is not None:
+                self.completed = completed
+            if description is not None:
+                self.description = description
+            if self._progress is not None:
+                self._progress.update(self._task, completed=self.completed, description=self.description)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._t0
+
+
+@contextmanager
+def progress(total: float | None, description: str, *, quiet: bool = False,
+             delay_s: float = DEFAULT_DELAY_S, console: Console | None = None) -> Iterator[ProgressBar]:
+    """Context manager yielding a :class:`ProgressBar` (``total=None``: a spinner without a bar)."""
+    bar = ProgressBar(total, description, quiet=quiet, delay_s=delay_s, console=console).start()
+    try:
+        yield bar
+    finally:
+        bar.stop()

@@ -1,0 +1,232 @@
+"""Report files: JSON and CSV that other tools read, written atomically.
+
+Every file is written to a temporary file in the destination folder and moved over
+the destination with ``os.replace`` only once it is complete, so an interrupted run
+never leaves a half-written report (the old file, if any, stays as it was).
+
+A JSON report is one object::
+
+    {"schema_version": 1, "tool": {"name": "splitwise-plan", "version": ...},
+     "command": "simulate", "created_utc": "...", "inputs": {...}, "results": [...], ...}
+
+``inputs`` echoes what the results depend on (model, workload or trace, rate,
+duration, seed, SLO file, machine catalog, profiles, method) and ``results`` holds one
+object per evaluated design point in the schema of ``SimulationResult.to_dict``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping
+
+from . import __version__
+from .errors import SplitwisePlanError
+
+#: Bumped whenever a key of the report object changes meaning or disappears.
+SCHEMA_VERSION = 1
+TOOL_NAME = "splitwise-plan"
+
+
+# --- atomic writing -------------------------------------------------------------
+
+def check_writable(path: str | Path, what: str = "output") -> Path:
+    """Fail early, with one line, when ``path`` cannot be written (before any long run)."""
+    p = Path(path).expanduser()
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise SplitwisePlanError(f"{what} path {p} is a directory; give a file name")
+    if not parent.exists():
+        raise SplitwisePlanError(f"cannot write {what} file {p}: folder {parent} does not exist")
+    if not parent.is_dir():
+        raise SplitwisePlanError(f"cannot write {what} file {p}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SplitwisePlanError(f"cannot write {what} file {p}: folder {parent} is not writable")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise SplitwisePlanError(f"cannot write {what} file {p}: the file is read-only")
+    return p
+
+
+def _file_mode(path: Path) -> int:
+    """Permission bits for the new file: the old file's, else 0666 minus the umask."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w", *, what: str = "output",
+                encoding: str | None = "utf-8", newline: str | None = None) -> Iterator:
+    """Open a temporary file beside ``path`` for writing; on success it replaces ``path``.
+
+    On any exception inside the block (or while replacing) the temporary file is
+    removed and ``path`` is left untouched. OS errors become a one-line
+    ``SplitwisePlanError``; other exceptions propagate unchanged.
+    """
+    p = check_writable(path, what)
+    binary = "b" in mode
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as exc:
+        raise SplitwisePlanError(f"cannot write {what} file {p}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, mode, **({} if binary else {"encoding": encoding, "newline": newline})) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, _file_mode(p))
+        os.replace(tmp, p)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise SplitwisePlanError(f"cannot write {what} file {p}: {exc.strerror or exc}") from None
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str, *, what: str = "output") -> Path:
+    """Write ``text`` to ``path`` atomically."""
+    with atomic_open(path, "w", what=what) as fh:
+        fh.write(text)
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, *, what: str = "output") -> Path:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_open(path, "wb", what=what) as fh:
+        fh.write(data)
+    return Path(path)
+
+
+# --- JSON -------------------------------------------------------------------------
+
+def jsonable(obj):
+    """Recursively convert to JSON-safe values: numpy scalars to Python, NaN/inf to None, paths to str."""
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "to_dict") and callable(obj.to_dict):
+        return jsonable(obj.to_dict())
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalar
+        obj = obj.item()
+    if isinstance(obj, bool):
+        return obj
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    raise TypeError(f"cannot put {type(obj).__name__} into a JSON report")
+
+
+def dumps(doc) -> str:
+    """The JSON text of a report (indented, key order kept, strict: no NaN)."""
+    return json.dumps(jsonable(doc), indent=2, allow_nan=False) + "\n"
+
+
+def write_json(path: str | Path, doc, *, what: str = "JSON report") -> Path:
+    """Write ``doc`` as JSON to ``path`` atomically."""
+    data = jsonable(doc)
+    with atomic_open(path, "w", what=what) as fh:
+        json.dump(data, fh, indent=2, allow_nan=False)
+        fh.write("\n")
+    return Path(path)
+
+
+# --- CSV --------------------------------------------------------------------------
+
+def _columns(rows: list[Mapping]) -> list[str]:
+    cols: dict[str, None] = {}
+    for r in rows:
+        for k in r:
+            cols.setdefault(str(k), None)
+    return list(cols)
+
+
+def _cell(v):
+    if v is None:
+        return ""
+    if hasattr(v, "item") and callable(v.item):
+        v = v.item()
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
+    return v
+
+
+def csv_text(rows: Iterable[Mapping], columns: list[str] | None = None) -> str:
+    """CSV text with a header and one line per row; missing cells are empty."""
+    rows = [dict(r) for r in rows]
+    cols = columns or _columns(rows)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: _cell(r.get(k)) for k in cols})
+    return buf.getvalue()
+
+
+def write_csv(path: str | Path, rows: Iterable[Mapping], columns: list[str] | None = None,
+              *, what: str = "CSV report") -> Path:
+    """Write rows (dicts, e.g. ``SimulationResult.flat()``) as CSV to ``path`` atomically."""
+    return atomic_write_text(path, csv_text(rows, columns), what=what)
+
+
+# --- report documents ---------------------------------------------------------------
+
+def report_inputs(*, model: str, tensor_parallel: int, workload: str | None = None,
+                  trace: str | Path | None = None, rate: float | None = None,
+                  duration_s: float | None = None, seed: int | None = None, requests: int | None = None,
+                  slo_file: str | Path | None = None, slos=None, machines_file: str | Path | None = None,
+                  machines: Mapping | None = None, profiles_file: str | Path | None = None,
+                  method: str | None = None, **extra) -> dict:
+    """The inputs block of a report: everything the results depend on."""
+    doc = {
+        "model": model, "tensor_parallel": int(tensor_parallel),
+        "workload": workload, "trace": str(trace) if trace is not None else None,
+        "rate_rps": rate, "duration_s": duration_s, "seed": seed, "requests": requests,
+        "slo_file": str(slo_file) if slo_file is not None else None,
+        "machines_file": str(machines_file) if machines_file is not None else None,
+        "profiles_file": str(profiles_file) if profiles_file is not None else None,
+        "method": method,
+    }
+    if slos is not None:
+        doc["slos"] = {"name": slos.name, "reference_hardware": slos.reference_hardware,
+                       "reference_tensor_parallel": slos.reference_tensor_parallel,
+                       "objectives": [{"metric": s.metric, "percentile": s.percentile,
+                                       "limit": s.limit, "unit": s.unit} for s in slos]}
+    if machines is not None:
+        doc["machine_catalog"] = {
+            name: {"hardware": m.hardware, "gpus": m.gpus, "hbm_bytes_per_gpu": m.hbm_bytes_per_gpu,
+                   "cost": m.cost, "power": m.power} for name, m in machines.items()}
+    doc.update(extra)
+    return doc
+
+
+def build_report(command: str, inputs: Mapping, results: Iterable = (), **extra) -> dict:
+    """A report object: schema version, tool, command, inputs, results (+ any extra sections)."""
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": TOOL_NAME, "version": __version__},
+        "command": command,
+        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "inputs": dict(inputs),
+        "results": [r.to_dict() if hasattr(r, "to_dict") else dict(r) for r in results],
+    }
+    doc.update(extra)
+    return doc

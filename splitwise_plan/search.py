@@ -1,0 +1,283 @@
+"""Search the (prompt, token) machine counts of one design for the best point that meets the SLOs.
+
+Three strategies share one :class:`Evaluator` (which caches and counts simulator runs):
+
+- ``"frontier"`` (default): a cost-ordered walk of the pass/fail frontier. It assumes
+  what the paper's Figure 12 shows, that more machines of either pool never turn a
+  passing design into a failing one: a failure at (p, t) implies failures at every
+  (p' <= p, t' <= t), a pass implies passes at every (p' >= p, t' >= t). Each round
+  bisects, in a batch of columns (prompt counts), the token counts not yet decided
+  and still cheaper than the best pass found, so it returns exactly the exhaustive
+  grid's optimum under that monotonicity in a few dozen simulations instead of
+  thousands, and each round is one batched ``run_many`` call.
+- ``"optuna"``: an Optuna study (seeded TPE sampler with the SLO ratio as a
+  constraint) explores the space first; its trials seed the frontier walk, which
+  then certifies the optimum, so the answer is the same and the trials live in an
+  Optuna storage (``storage=...``) that other tools can read.
+- ``"exhaustive"``: the whole grid, for tests and benchmarks.
+
+Points the capacity model proves infeasible are never simulated.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .errors import SplitwisePlanError
+
+STRATEGIES = ("frontier", "optuna", "exhaustive")
+Point = tuple[int, int]
+
+
+# --- evaluation -------------------------------------------------------------------
+
+def _run_chunk(sim, design, points, method):
+    return sim.run_many(design, points, method=method)
+
+
+class Evaluator:
+    """Runs a simulator on design points, caching results and counting simulations.
+
+    ``jobs`` > 1 splits each batch over joblib workers (threads for the fluid
+    simulator, whose numpy kernels release the GIL; processes for the events oracle).
+    ``run`` may replace the simulator: any ``callable(points) -> results`` whose
+    results have ``slo_met`` and ``tightest`` (used by the tests).
+    """
+
+    def __init__(self, sim=None, design=None, method: str | None = None, *, jobs: int = 1,
+                 run: Callable[[list[Point]], list] | None = None) -> None:
+        if run is None and sim is None:
+            raise ValueError("an Evaluator needs a simulator or a run function")
+        self.sim, self.design, self.method, self.jobs = sim, design, method, max(1, int(jobs or 1))
+        self._run = run
+        self.cache: dict[Point, object] = {}
+        self.evaluations = 0
+        self.calls = 0
+        self.seconds = 0.0
+
+    def passed(self, pt: Point) -> bool:
+        return bool(self.cache[pt].slo_met)
+
+    def __call__(self, points: Sequence[Point]) -> list:
+        todo = list(dict.fromkeys(tuple(map(int, p)) for p in points if tuple(map(int, p)) not in self.cache))
+        if todo:
+            t0 = time.perf_counter()
+            if self._run is not None:
+                results = list(self._run(todo))
+            elif self.jobs > 1 and len(todo) > 1:
+                from joblib import Parallel, delayed
+                n = min(self.jobs, len(todo))
+                chunks = [todo[i::n] for i in range(n)]
+                prefer = "threads" if (self.method or getattr(self.sim, "method", "")) == "fluid" else "processes"
+                outs = Parallel(n_jobs=n, prefer=prefer)(
+                    delayed(_run_chunk)(self.sim, self.design, c, self.method) for c in chunks)
+                by_pt = {pt: r for c, o in zip(chunks, outs) for pt, r in zip(c, o)}
+                results = [by_pt[pt] for pt in todo]
+            else:
+                results = self.sim.run_many(self.design, todo, method=self.method)
+            self.seconds += time.perf_counter() - t0
+            self.calls += 1
+            self.evaluations += len(todo)
+            for pt, r in zip(todo, results):
+                self.cache[pt] = r
+        return [self.cache[tuple(map(int, p))] for p in points]
+
+
+# --- the space ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Space:
+    """A grid of (prompt, token) counts with a lexicographic key to minimize.
+
+    ``key(p, t)`` returns a tuple (the objective first, then tie-breakers); a baseline
+    has ``t_range == (0, 0)``. ``t_min[i]`` is the smallest token count that the
+    capacity model allows for prompt count ``p_range[0] + i`` (``t_max + 1``: none).
+    """
+
+    p_range: tuple[int, int]
+    t_range: tuple[int, int]
+    key: Callable[[int, int], tuple] = field(repr=False)
+    t_min: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def ps(self) -> np.ndarray:
+        return np.arange(self.p_range[0], self.p_range[1] + 1)
+
+    @property
+    def ts(self) -> np.ndarray:
+        return np.arange(self.t_range[0], self.t_range[1] + 1)
+
+    @property
+    def size(self) -> int:
+        return len(self.ps) * len(self.ts)
+
+    def lower(self) -> np.ndarray:
+        """Smallest token count worth simulating per prompt count."""
+        lo = np.full(len(self.ps), self.t_range[0], dtype=np.int64)
+        if self.t_min is not None:
+            lo = np.maximum(lo, np.asarray(self.t_min, dtype=np.int64))
+        return lo
+
+    def candidates(self) -> int:
+        """Points left after the capacity pruning."""
+        lo = self.lower()
+        return int(np.clip(self.t_range[1] - lo + 1, 0, None).sum())
+
+    def rank(self) -> np.ndarray:
+        """rank[i, j]: position of (ps[i], ts[j]) in key order (0 = best)."""
+        ps, ts = self.ps, self.ts
+        pts = [(int(p), int(t)) for p in ps for t in ts]
+        order = sorted(range(len(pts)), key=lambda k: self.key(*pts[k]))
+        r = np.empty(len(pts), dtype=np.int64)
+        r[np.asarray(order)] = np.arange(len(pts))
+        return r.reshape(len(ps), len(ts))
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The best passing point (None if none in the space) and what it took to find it."""
+
+    best: Point | None
+    result: object | None
+    evaluations: int
+    rounds: int
+    grid_size: int
+    candidates: int
+    seconds: float
+    strategy: str
+    excluded: tuple = ()
+
+
+# --- strategies -----------------------------------------------------------------------
+
+def frontier_search(evaluate: Evaluator, space: Space, *, batch: int = 8, exclude: Sequence[Point] = (),
+                    max_rounds: int = 10_000) -> SearchResult:
+    """Exact optimum of a monotone pass/fail grid in few, batched simulations (module doc)."""
+    t0 = time.perf_counter()
+    ps, ts = space.ps, space.ts
+    p0, t_lo, t_hi = int(ps[0]), int(ts[0]), int(ts[-1])
+    n = len(ps)
+    excluded = set(map(tuple, exclude))
+    fail = space.lower() - 1                     # F[i]: token counts <= F[i] fail at ps[i]
+    fail = np.maximum(fail, t_lo - 1)
+    passt = np.full(n, t_hi + 1, dtype=np.int64)  # token counts >= passt[i] pass at ps[i]
+    rank = space.rank()
+    best: Point | None = None
+    best_rank = rank.size  # nothing found yet: every point is a candidate
+
+    def absorb(pt: Point, ok: bool) -> None:
+        nonlocal best, best_rank
+        i = pt[0] - p0
+        if pt in excluded:       # confirmed failing by the oracle: a plain failure here
+            ok = False
+        if ok:
+            passt[i:] = np.minimum(passt[i:], pt[1])
+            r = rank[i, pt[1] - t_lo]
+            if r < best_rank:
+                best, best_rank = pt, int(r)
+        else:
+            fail[: i + 1] = np.maximum(fail[: i + 1], pt[1])
+
+    # What the evaluator already knows (earlier strategies, earlier confirmations).
+    for pt in list(evaluate.cache):
+        if p0 <= pt[0] <= ps[-1] and t_lo <= pt[1] <= t_hi:
+            absorb(pt, evaluate.passed(pt))
+    rounds = 0
+    while rounds < max_rounds:
+        cap = (rank < best_rank).sum(axis=1) + t_lo - 1   # tokens still cheaper than the best
+        lo = fail + 1
+        hi = np.minimum(passt - 1, cap)
+        active = np.flatnonzero(lo <= hi)
+        if active.size == 0:
+            break
+        if active.size > batch:
+            # the centres of ``batch`` equal slices of the active columns
+            pick = np.unique(((np.arange(batch) + 0.5) * active.size / batch).astype(int))
+            active = active[pick]
+        probes = [(int(ps[i]), int((lo[i] + hi[i]) // 2)) for i in active]
+        results = evaluate(probes)
+        rounds += 1
+        for pt, r in zip(probes, results):
+            absorb(pt, bool(r.slo_met))
+    res = evaluate.cache.get(best) if best is not None else None
+    return SearchResult(best, res, evaluate.evaluations, rounds, space.size, space.candidates(),
+                        time.perf_counter() - t0, "frontier", tuple(sorted(excluded)))
+
+
+def exhaustive_search(evaluate: Evaluator, space: Space, *, prune: bool = False, batch: int = 256,
+                      exclude: Sequence[Point] = ()) -> SearchResult:
+    """Simulate every point of the grid (or every point the capacity model leaves, with ``prune``)."""
+    t0 = time.perf_counter()
+    excluded = set(map(tuple, exclude))
+    lower = space.lower() if prune else np.full(len(space.ps), space.t_range[0])
+    pts = [(int(p), int(t)) for i, p in enumerate(space.ps) for t in space.ts if t >= lower[i]]
+    rounds = 0
+    for k in range(0, len(pts), batch):
+        evaluate(pts[k:k + batch])
+        rounds += 1
+    passing = [pt for pt in pts if evaluate.passed(pt) and pt not in excluded]
+    best = min(passing, key=lambda pt: space.key(*pt)) if passing else None
+    return SearchResult(best, evaluate.cache.get(best) if best else None, evaluate.evaluations, rounds,
+                        space.size, len(pts), time.perf_counter() - t0, "exhaustive", tuple(sorted(excluded)))
+
+
+def optuna_search(evaluate: Evaluator, space: Space, *, n_trials: int = 24, batch: int = 8, seed: int = 0,
+                  storage=None, study_name: str | None = None, exclude: Sequence[Point] = ()) -> SearchResult:
+    """Optuna TPE exploration (SLO ratio as constraint), then the frontier walk certifies the optimum."""
+    import optuna
+
+    t0 = time.perf_counter()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(
+        seed=seed, n_startup_trials=min(8, n_trials), constant_liar=True,
+        constraints_func=lambda tr: tr.user_attrs.get("constraint", (1.0,)))
+    study = optuna.create_study(direction="minimize", sampler=sampler, storage=storage,
+                                study_name=study_name, load_if_exists=study_name is not None)
+    lower = space.lower()
+    p_lo, p_hi = space.p_range
+    t_lo, t_hi = space.t_range
+    excluded = set(map(tuple, exclude))
+    done = 0
+    while done < n_trials:
+        trials, pts = [], []
+        for _ in range(min(batch, n_trials - done)):
+            tr = study.ask()
+            p = tr.suggest_int("prompt", p_lo, p_hi)
+            t = tr.suggest_int("token", t_lo, t_hi) if t_hi > t_lo else t_lo
+            trials.append(tr)
+            pts.append((p, t))
+        feasible = [pt for pt in pts if pt[1] >= lower[pt[0] - p_lo]]
+        if feasible:
+            evaluate(feasible)
+        for tr, pt in zip(trials, pts):
+            if pt in evaluate.cache:
+                r = evaluate.cache[pt]
+                ratio = float(r.tightest.get("ratio", math.inf)) if r.tightest else (0.0 if r.slo_met else 2.0)
+                ok = bool(r.slo_met) and pt not in excluded
+                c = (ratio - 1.0 if ok else max(ratio - 1.0, 1e-9)) if math.isfinite(ratio) else 1e9
+            else:
+                c = 1e9  # pruned by the capacity model: not simulated
+            tr.set_user_attr("constraint", (c,))
+            study.tell(tr, float(space.key(*pt)[0]))
+        done += len(trials)
+    explored = evaluate.evaluations
+    fr = frontier_search(evaluate, space, batch=batch, exclude=exclude)
+    return SearchResult(fr.best, fr.result, evaluate.evaluations, fr.rounds + math.ceil(n_trials / batch),
+                        space.size, space.candidates(), time.perf_counter() - t0,
+                        f"optuna({explored} explored)+frontier", fr.excluded)
+
+
+def search(evaluate: Evaluator, space: Space, strategy: str = "frontier", **kw) -> SearchResult:
+    """Run one strategy (``frontier``, ``optuna`` or ``exhaustive``)."""
+    if strategy == "frontier":
+        return frontier_search(evaluate, space, **{k: v for k, v in kw.items() if k in ("batch", "exclude")})
+    if strategy == "optuna":
+        return optuna_search(evaluate, space, **kw)
+    if strategy == "exhaustive":
+        return exhaustive_search(evaluate, space, **{k: v for k, v in kw.items() if k in ("prune", "exclude")})
+    raise SplitwisePlanError(f"search strategy {strategy!r} is unknown; valid: {', '.join(STRATEGIES)}")

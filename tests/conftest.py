@@ -1,0 +1,52 @@
+"""Shared fixtures: where the reference data (../shared) is, and a helper to write input files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_root() -> Path:
+    """The shared reference-data folder: $SPLITWISE_SHARED, else the folder beside the repository."""
+    env = os.environ.get("SPLITWISE_SHARED")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """Path of shared/data; skips the test with the reason when the reference data is absent."""
+    data = shared_root() / "data"
+    if not (data / "splitwise-sim").is_dir():
+        pytest.skip(f"reference data not found at {data} (set SPLITWISE_SHARED to the shared/ folder)")
+    return data
+
+
+@pytest.fixture(scope="session")
+def sim_dir(shared_dir: Path) -> Path:
+    """shared/data/splitwise-sim: reference simulator data."""
+    return shared_dir / "splitwise-sim"
+
+
+@pytest.fixture(scope="session")
+def azure_dir(shared_dir: Path) -> Path:
+    """shared/data/azure-llm-2023: the original Azure traces."""
+    d = shared_dir / "azure-llm-2023"
+    if not d.is_dir():
+        pytest.skip(f"Azure traces not found at {d}")
+    return d
+
+
+@pytest.fixture
+def write(tmp_path: Path):
+    """Write ``text`` to ``tmp_path/name`` and return the path."""
+
+    def _write(name: str, text: str) -> Path:
+        p = tmp_path / name
+        p.write_text(text, encoding="utf-8")
+        return p
+
+    return _write

@@ -1,0 +1,186 @@
+"""Workloads: shipped traces, generated Poisson streams, and exact trace replay."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from splitwise_plan import RequestStream, SplitwisePlanError, load_trace, load_workload, workload_names
+from splitwise_plan.paths import data_file
+
+SHA256 = {"coding.csv": "54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6",
+          "conversation.csv": "2f1e5b666d4e3055fdbba98598ce2ec307767b9064e03e2fa46676dbcc7d0bf8"}
+
+
+@pytest.fixture(scope="module")
+def coding():
+    return load_workload("coding")
+
+
+@pytest.fixture(scope="module")
+def conversation():
+    return load_workload("conversation")
+
+
+def test_shipped_traces_are_the_azure_files():
+    for name, digest in SHA256.items():
+        assert hashlib.sha256(data_file("workloads", name).read_bytes()).hexdigest() == digest
+    readme = data_file("workloads", "README.md").read_text(encoding="utf-8")
+    assert "CC BY 4.0" in readme and "Splitwise" in readme and "Azure/AzurePublicDataset" in readme
+
+
+def test_shipped_traces_match_shared_copies(azure_dir):
+    assert data_file("workloads", "coding.csv").read_bytes() == (azure_dir / "AzureLLMInferenceTrace_code.csv").read_bytes()
+    assert (data_file("workloads", "conversation.csv").read_bytes()
+            == (azure_dir / "AzureLLMInferenceTrace_conv.csv").read_bytes())
+
+
+def test_workload_sizes_match_trace_figures(coding, conversation):
+    # Figures from the Azure trace README (numpy linear percentiles).
+    assert workload_names() == ["coding", "conversation"]
+    c, v = coding.summary(), conversation.summary()
+    assert (c["requests"], v["requests"]) == (8819, 19366)
+    assert (c["prompt_p50"], c["output_p50"], v["prompt_p50"], v["output_p50"]) == (1469, 13, 1020, 129)
+    assert c["prompt_mean"] == pytest.approx(2047.9, abs=0.1)
+    assert v["output_mean"] == pytest.approx(211.1, abs=0.1)
+    assert load_workload("code").name == "coding"  # alias
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_generated_stream_rate_and_gaps(coding, seed):
+    s = coding.generate(70, duration_s=600, seed=seed)
+    # Tolerance 3%: the count of a 600 s Poisson stream at 70 req/s has sd sqrt(42000) ~ 0.5%.
+    assert s.rate == pytest.approx(70, rel=0.03)
+    assert s.duration_s == 600 and s.arrival_s[-1] < 600 and s.arrival_s[0] > 0
+    assert np.all(np.diff(s.arrival_s) >= 0)
+    gaps = np.diff(np.concatenate([[0.0], s.arrival_s]))
+    assert gaps.mean() == pytest.approx(1 / 70, rel=0.03)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, abs=0.03)  # exponential: CV = 1
+    assert s.arrival_s.dtype == np.float64 and s.prompt_tokens.dtype == np.int64
+    assert s.output_tokens.dtype == np.int64
+
+
+def test_generated_sizes_follow_the_trace(coding, conversation):
+    # Medians of 42,000 draws: within 3% of the trace medians (1469 / 1020 prompt tokens)
+    # and within 1 token of the small output medians (13 / 129 within 3%).
+    c = coding.generate(70, duration_s=600, seed=0)
+    v = conversation.generate(70, duration_s=600, seed=0)
+    assert np.median(c.prompt_tokens) == pytest.approx(1469, rel=0.03)
+    assert abs(np.median(c.output_tokens) - 13) <= 1
+    assert np.median(v.prompt_tokens) == pytest.approx(1020, rel=0.03)
+    assert np.median(v.output_tokens) == pytest.approx(129, rel=0.03)
+    assert c.output_tokens.mean() == pytest.approx(27.9, rel=0.05)
+    # Every drawn size comes from the trace.
+    assert np.isin(c.prompt_tokens, coding.prompt_tokens).all()
+    assert np.isin(v.output_tokens, conversation.output_tokens).all()
+
+
+def test_generation_is_seeded_without_global_state(coding):
+    np.random.seed(123)
+    a = coding.generate(30, seed=7)
+    np.random.seed(456)
+    b = coding.generate(30, seed=7)
+    c = coding.generate(30, seed=8)
+    assert np.array_equal(a.arrival_s, b.arrival_s) and np.array_equal(a.prompt_tokens, b.prompt_tokens)
+    assert not np.array_equal(a.arrival_s[:10], c.arrival_s[:10])
+    assert a.duration_s == 120.0  # the default duration
+
+
+def test_paired_sampling_keeps_rows_together(coding):
+    s = coding.generate(20, duration_s=60, seed=0, paired=True)
+    pairs = set(zip(coding.prompt_tokens.tolist(), coding.output_tokens.tolist()))
+    assert all(p in pairs for p in zip(s.prompt_tokens.tolist(), s.output_tokens.tolist()))
+
+
+def test_replay_reference_format_exactly(sim_dir):
+    path = sim_dir / "rr_code_70_2min.csv"
+    s = load_trace(path)
+    raw = pd.read_csv(path)
+    assert len(s) == 8502 == len(raw)
+    np.testing.assert_array_equal(s.arrival_s, raw["arrival_timestamp"].to_numpy())
+    np.testing.assert_array_equal(s.prompt_tokens, raw["prompt_size"].to_numpy())
+    np.testing.assert_array_equal(s.output_tokens, raw["token_size"].to_numpy())
+    assert s.rate == pytest.approx(70.85, rel=0.001)  # the README's effective rate (8502 / ~120 s)
+    t = load_trace(sim_dir / "test_trace.csv")
+    assert t.arrival_s.tolist() == [1.0, 3.0, 4.0]
+    assert t.prompt_tokens.tolist() == [4096, 2048, 2048]
+    assert t.output_tokens.tolist() == [32, 8, 16]
+
+
+def test_replay_azure_format_exactly(coding):
+    s = load_trace("coding")
+    assert len(s) == 8819 and s.arrival_s[0] == 0.0
+    assert s.duration_s == pytest.approx(3435.948056, abs=1e-6)  # 19:14:19.9280160 - 18:17:03.9799600
+    assert s.rate == pytest.approx(2.567, abs=0.001)
+    np.testing.assert_array_equal(s.output_tokens, coding.output_tokens)
+    assert s.prompt_tokens[:3].tolist() == [4808, 3180, 110]
+    assert s.output_tokens[:3].tolist() == [10, 8, 27]
+    assert s.arrival_s[1] == pytest.approx(4.0319600 - 3.9799600, abs=1e-9)
+
+
+def test_replay_azure_text_and_numeric_timestamps(write):
+    p = write("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
+                       "2023-11-16 23:59:59.5000000,100,1\r\n2023-11-17 00:00:01.2500001,200,7")
+    s = load_trace(p)
+    assert s.arrival_s.tolist() == [0.0, pytest.approx(1.7500001, abs=1e-9)]
+    assert s.output_tokens.tolist() == [1, 7] and s.name == "a"
+    q = write("b.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n10.5,5,2\n12,6,3\n")
+    assert load_trace(q).arrival_s.tolist() == [0.0, 1.5]
+
+
+def test_stream_csv_round_trip(coding, tmp_path):
+    s = coding.generate(10, duration_s=30, seed=2)
+    s.to_csv(tmp_path / "t.csv")
+    r = load_trace(tmp_path / "t.csv")
+    assert np.array_equal(r.arrival_s, s.arrival_s)
+    assert np.array_equal(r.prompt_tokens, s.prompt_tokens) and np.array_equal(r.output_tokens, s.output_tokens)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("", "is empty"),
+    ("a,b,c\n1,2,3\n", "expected the Azure format (TIMESTAMP, ContextTokens, GeneratedTokens)"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "no data rows"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,5,0\n", "line 2, column GeneratedTokens"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,5.5,2\n", "line 2, column ContextTokens"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,5,2\nyesterday,5,2\n",
+     "line 3, column TIMESTAMP: 'yesterday' is not a time"),
+    ("arrival_timestamp,prompt_size,token_size\n1,5,2\n-1,5,2\n", "line 3, column arrival_timestamp: negative"),
+    ("arrival_timestamp,prompt_size,token_size\nx,5,2\n", "line 2, column arrival_timestamp"),
+    ("arrival_timestamp,prompt_size,token_size\n1,5,\n", "line 2, column token_size: an empty value"),
+])
+def test_bad_trace_files(write, text, needle):
+    with pytest.raises(SplitwisePlanError) as err:
+        load_trace(write("t.csv", text))
+    assert needle in str(err.value) and "t.csv" in str(err.value)
+
+
+def test_unknown_workload_and_missing_file(tmp_path):
+    with pytest.raises(SplitwisePlanError, match="unknown workload 'chat'; valid: coding, conversation"):
+        load_workload("chat")
+    with pytest.raises(SplitwisePlanError, match="trace file not found"):
+        load_trace(tmp_path / "none.csv")
+    with pytest.raises(SplitwisePlanError, match="workload file not found"):
+        load_workload(tmp_path / "none.csv")
+
+
+@pytest.mark.parametrize("rate,duration,needle", [
+    (0, 120, "rate"), (-5, 120, "rate"), (float("nan"), 120, "rate"), (float("inf"), 120, "rate"),
+    ("x", 120, "rate"), (70, 0, "duration"), (70, -1, "duration"),
+])
+def test_non_positive_rate_or_duration(coding, rate, duration, needle):
+    with pytest.raises(SplitwisePlanError, match=needle):
+        coding.generate(rate, duration_s=duration)
+
+
+def test_request_stream_validates():
+    with pytest.raises(SplitwisePlanError, match="sorted"):
+        RequestStream(np.array([2.0, 1.0]), np.array([1, 1]), np.array([1, 1]))
+    with pytest.raises(SplitwisePlanError, match=">= 1"):
+        RequestStream(np.array([1.0]), np.array([5]), np.array([0]))
+    s = RequestStream(np.array([0.5, 2.0]), np.array([3, 4]), np.array([1, 2]), name="x")
+    assert len(s) == 2 and s.duration_s == 2.0 and s.rate == 1.0
+    with pytest.raises(ValueError):
+        s.arrival_s[0] = 9.0  # read-only arrays
