@@ -24,6 +24,8 @@ from .designs import Design, get_design
 from .errors import SplitwisePlanError
 from .progress import progress
 
+# typer >= 0.20 vendors click; catch the usage errors of both (NoSuchOption, BadParameter, ...).
+_USAGE_ERRORS = tuple({click.UsageError, typer.BadParameter.__mro__[1]})
 STDOUT = "-"
 MAX_GRID_POINTS = 200_000
 MIN_STREAM_REQUESTS = 10  # capacity: never try a rate that gives fewer requests than this
@@ -47,7 +49,7 @@ class ReportCommand(TyperCommand):
                     out.append(STDOUT)
         try:
             return super().parse_args(ctx, out)
-        except click.UsageError as exc:
+        except _USAGE_ERRORS as exc:
             raise SplitwisePlanError(exc.format_message()) from None
 
 
@@ -466,8 +468,7 @@ def sweep_cmd(
             return
         write_json(json_out, doc)
     c = console()
-    table = Table(title=f"Sweep of {d.name}: {len(results):,} design points, {summary['passing']:,} hold all SLOs",
-                  caption=inp.describe())
+    table = Table(title=f"Sweep of {d.name}: {len(results):,} design points, {summary['passing']:,} hold all SLOs")
     for col in ("prompt", "token", "machines", "cost", "power", "tightest SLO", "value / limit", "holds"):
         table.add_column(col, justify="right")
     ok = sorted((r for r in results if r.slo_met), key=lambda r: (r.cost, r.power, r.machines))[:10]
@@ -477,8 +478,9 @@ def sweep_cmd(
                       f"{r.cost:.4g}", f"{r.power:.4g}", f"{t['metric'].upper()} P{t['percentile']:g}",
                       _fmt(t["ratio"], 3), "[green]yes[/]")
     if ok:
-        table.caption = f"the {len(ok)} cheapest passing design points; " + inp.describe()
+        table.caption = f"the {len(ok)} cheapest passing design points"
         c.print(table)
+        c.print(inp.describe())
     else:
         c.print(f"no design point of the {len(results):,} holds all SLOs ({inp.describe()})")
     for p in (json_out, csv_out, plot):

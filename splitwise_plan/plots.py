@@ -23,7 +23,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+import textwrap
 
 from . import __version__
 from .errors import SplitwisePlanError
@@ -135,6 +136,7 @@ def draw_design_space(fig, rows: Iterable, title: str | None = None) -> dict | N
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.set_xlabel("machines")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("tightest SLO: value / limit")
         if best:
             ax.scatter([best["prompt"]], [best["ratio"]], marker="*", s=260, c="gold", edgecolors="k",
@@ -177,10 +179,12 @@ def draw_design_space(fig, rows: Iterable, title: str | None = None) -> dict | N
     if segs_x:
         ax.plot(segs_x, segs_y, color="k", lw=2.2, label="pass/fail boundary")
     if best:
+        drawn = []
         for key, style, label in (("cost", "--", "iso-cost"), ("power", ":", "iso-power")):
             prices = _unit_prices(points, key)
-            if prices is None:
-                continue
+            if prices is None or any(math.isclose(prices[0] / prices[1], q[0] / q[1]) for q in drawn):
+                continue  # iso-power parallel to iso-cost (one machine type): the same line
+            drawn.append(prices)
             level = best[key]
             xl = np.linspace(xe[0], xe[-1], 200)
             yl = (level - prices[0] * xl) / prices[1]
@@ -191,6 +195,8 @@ def draw_design_space(fig, rows: Iterable, title: str | None = None) -> dict | N
                          f"power {best['power']:.4g}")
     ax.set_xlim(xe[0], xe[-1])
     ax.set_ylim(ye[0], ye[-1])
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("prompt machines")
     ax.set_ylabel("token machines")
     ax.set_title(title or f"Design space of {name}: tightest SLO per design point")
@@ -272,6 +278,10 @@ def comparison_figure(designs: Sequence[Mapping], title: str | None = None,
 
 
 # --- writing -------------------------------------------------------------------------
+
+def _wrap(title: str, width: int = 90) -> str:
+    return "\n".join(textwrap.wrap(title, width)) or title
+
 
 def _render(fig: Figure, fmt: str) -> bytes:
     FigureCanvasAgg(fig)
@@ -368,7 +378,7 @@ def write_plot(path: str | Path, *, sweep: Iterable | None = None, designs: Sequ
     else:
         fig = comparison_figure(designs, normalize_to=normalize_to)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(_wrap(title), fontsize=10)
     return atomic_write_bytes(path, _render(fig, fmt), what="plot")
 
 

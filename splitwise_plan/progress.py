@@ -35,6 +35,7 @@ class ProgressBar:
                  delay_s: float = DEFAULT_DELAY_S, console: Console | None = None) -> None:
         self.total = total
         self.description = description
+        self._base_description = description
         self.quiet = quiet
         self.delay_s = delay_s
         self.completed = 0.0
@@ -79,6 +80,8 @@ class ProgressBar:
                 self._timer.cancel()
                 self._timer = None
             if self._progress is not None:
+                if not self._progress.console.is_terminal:  # the one line a log keeps: the run, not a trial
+                    self._progress.update(self._task, description=self._base_description)
                 self._progress.stop()
                 self._progress = None
 

@@ -1,0 +1,669 @@
+"""The planner: the best machine counts of each design under a goal, confirmed, ranked.
+
+Goals (the paper's section IV-D):
+
+- ``min-cost`` / ``min-power`` at ``rps`` (iso-throughput): per design, the cheapest
+  (lowest-power) prompt and token machine counts that meet every SLO;
+- ``max-throughput`` within ``budget_cost`` or ``budget_power`` (iso-cost, iso-power):
+  per design, the highest rate some machine counts within the budget hold.
+
+Per design: the capacity model and its PuLP ILP prune what cannot work or cannot
+win (:mod:`.capacity`), a search finds the optimum with the fast simulator
+(:mod:`.search`), and the confirm simulator (the discrete-event oracle by default)
+re-checks the answer on the full stream, over ``seeds`` streams, reporting the
+worst; a point that fails confirmation is excluded and the search moves to the next.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .budget import parse_budget
+from .capacity import capacity_model
+from .designs import DESIGNS, Design, get_design
+from .errors import SplitwisePlanError, choices
+from .search import STRATEGIES, Evaluator, Space, search
+from .simulator import METHODS, Simulator
+
+GOALS = ("min-cost", "min-power", "max-throughput")
+ALL_DESIGNS = tuple(d.name for d in DESIGNS.values())
+#: The reference's provisioning sweeps at 70 req/s (prompt max, token max); scaled with the rate.
+REFERENCE_GRID = {"splitwise-aa": (69, 69), "splitwise-hh": (39, 39), "splitwise-ha": (39, 69),
+                  "splitwise-hhcap": (39, 39), "baseline-a100": (139, 0), "baseline-h100": (79, 0)}
+REFERENCE_RATE = 70.0
+MAX_CONFIRM_ATTEMPTS = 6
+
+
+def fluid_available() -> bool:
+    """True when the fast fluid simulator (``splitwise_plan.fluid``) is importable."""
+    try:
+        from . import fluid  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What to plan. Paths are optional user files; None means the shipped defaults."""
+
+    goal: str = "min-cost"
+    rps: float | None = None
+    budget_power: float | str | None = None
+    budget_cost: float | str | None = None
+    model: str = "bloom-176b"
+    workload: str = "coding"
+    trace: str | None = None
+    slos: str | None = None
+    machines_file: str | None = None
+    profiles: str | None = None
+    designs: tuple[str, ...] = ALL_DESIGNS
+    duration: float = 120.0
+    seed: int = 0
+    seeds: int = 1
+    jobs: int = 0                      # 0: all cores (at most one per design)
+    tp: int = 8
+    search_method: str = "auto"        # auto: fluid when available, else events
+    confirm_method: str = "events"
+    strategy: str = "frontier"
+    batch: int | None = None           # points per search round (default 8 fluid, 4 events)
+    rate_tol: float = 0.5              # max-throughput: rate resolution, req/s
+    limits: tuple = ()                 # ((design, prompt max, token max), ...) overriding the grid
+
+    def __post_init__(self) -> None:
+        if self.goal not in GOALS:
+            raise SplitwisePlanError(f"goal {self.goal!r} is unknown; valid: {', '.join(GOALS)}")
+        if self.goal == "max-throughput":
+            if (self.budget_power is None) == (self.budget_cost is None):
+                raise SplitwisePlanError("--goal max-throughput needs exactly one of --budget-power and --budget-cost")
+            if self.rps is not None:
+                raise SplitwisePlanError("--goal max-throughput finds the rate itself; drop --rps")
+        else:
+            if self.budget_power is not None or self.budget_cost is not None:
+                raise SplitwisePlanError(f"--goal {self.goal} takes --rps, not a budget (budgets go with max-throughput)")
+            if self.rps is None and self.trace is None:
+                raise SplitwisePlanError(f"--goal {self.goal} needs --rps (requests per second) or --trace")
+            if self.rps is not None and self.trace is not None:
+                raise SplitwisePlanError("--trace replays the file at its own rate; give --rps or --trace, not both")
+        if self.rps is not None:
+            _positive(self.rps, "--rps")
+        _positive(self.duration, "--duration")
+        _positive(self.rate_tol, "rate tolerance")
+        for name, v, lo in (("--seeds", self.seeds, 1), ("--tp", self.tp, 1), ("--jobs", self.jobs, -1)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+                raise SplitwisePlanError(f"{name} must be an integer >= {lo}, got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise SplitwisePlanError(f"--seed must be a non-negative integer, got {self.seed!r}")
+        if self.search_method not in (*METHODS, "auto"):
+            raise SplitwisePlanError(f"search method {self.search_method!r} is unknown; valid: auto, {', '.join(METHODS)}")
+        if self.confirm_method not in METHODS:
+            raise SplitwisePlanError(f"confirm method {self.confirm_method!r} is unknown; valid: {', '.join(METHODS)}")
+        if self.strategy not in STRATEGIES:
+            raise SplitwisePlanError(f"search strategy {self.strategy!r} is unknown; valid: {', '.join(STRATEGIES)}")
+        if self.batch is not None and (not isinstance(self.batch, int) or self.batch < 1):
+            raise SplitwisePlanError(f"batch must be a positive integer, got {self.batch!r}")
+        names = parse_designs(self.designs)
+        object.__setattr__(self, "designs", names)
+
+    @property
+    def objective(self) -> str:
+        """The machine attribute the goal minimizes (or the budget is on)."""
+        if self.goal == "min-power" or (self.goal == "max-throughput" and self.budget_power is not None):
+            return "power"
+        return "cost"
+
+    def resolved_search_method(self) -> str:
+        if self.search_method != "auto":
+            return self.search_method
+        return "fluid" if fluid_available() else "events"
+
+
+def _positive(v, what: str) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise SplitwisePlanError(f"{what} must be a number, got {v!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise SplitwisePlanError(f"{what} must be positive and finite, got {v!r}")
+    return x
+
+
+def parse_designs(designs) -> tuple[str, ...]:
+    """Full design names from a comma list or a sequence of names (short forms allowed)."""
+    if isinstance(designs, str):
+        designs = designs.split(",")
+    names = []
+    for d in designs:
+        if not str(d).strip():
+            continue
+        n = get_design(str(d)).name
+        if n not in names:
+            names.append(n)
+    if not names:
+        raise SplitwisePlanError(f"no design given; choose from {choices(ALL_DESIGNS)}")
+    return tuple(names)
+
+
+@dataclass(frozen=True)
+class DesignPlan:
+    """The planner's answer for one design."""
+
+    design: str
+    short: str
+    status: str                     # ok | infeasible | unconfirmed
+    prompt: int = 0
+    token: int = 0
+    cost: float = float("nan")
+    power: float = float("nan")
+    rate: float = float("nan")      # req/s the design holds (the asked rate for iso-throughput)
+    result: object | None = field(default=None, repr=False)   # worst confirmed SimulationResult
+    bound: float = float("nan")     # ILP lower bound of the objective (upper bound of the rate multiplier)
+    evaluations: int = 0            # simulations by the search method
+    confirmations: int = 0          # simulations by the confirm method
+    grid_size: int = 0
+    candidates: int = 0
+    seconds: float = 0.0
+    note: str = ""
+
+    @property
+    def machines(self) -> int:
+        return self.prompt + self.token
+
+    @property
+    def headroom(self) -> float:
+        """1 - the tightest SLO's value/limit ratio on the worst confirmation stream."""
+        if self.result is None or not self.result.tightest:
+            return float("nan")
+        return 1.0 - float(self.result.tightest["ratio"])
+
+    def to_dict(self) -> dict:
+        return {"design": self.design, "status": self.status, "prompt_machines": self.prompt,
+                "token_machines": self.token, "machines": self.machines, "cost": _num(self.cost),
+                "power": _num(self.power), "rate": _num(self.rate), "headroom": _num(self.headroom),
+                "evaluations": self.evaluations, "confirmations": self.confirmations,
+                "grid_size": self.grid_size, "candidates": self.candidates, "bound": _num(self.bound),
+                "seconds": round(self.seconds, 3), "note": self.note,
+                "result": self.result.to_dict() if self.result is not None else None}
+
+
+def _num(v):
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """All designs ranked by the goal, the winner and its gains over the baselines."""
+
+    request: PlanRequest
+    designs: tuple[DesignPlan, ...]
+    winner: str | None
+    gains: tuple[str, ...]
+    search_method: str
+    seconds: float
+
+    @property
+    def evaluations(self) -> int:
+        return sum(d.evaluations for d in self.designs)
+
+    @property
+    def confirmations(self) -> int:
+        return sum(d.confirmations for d in self.designs)
+
+    @property
+    def grid_size(self) -> int:
+        return sum(d.grid_size for d in self.designs)
+
+    def get(self, design: str) -> DesignPlan:
+        name = get_design(design).name
+        for d in self.designs:
+            if d.design == name:
+                return d
+        raise SplitwisePlanError(f"design {name} was not planned")
+
+    def to_dict(self) -> dict:
+        r = self.request
+        return {"goal": r.goal, "rps": r.rps, "budget_power": r.budget_power, "budget_cost": r.budget_cost,
+                "model": r.model, "workload": r.workload, "trace": r.trace, "duration": r.duration,
+                "seed": r.seed, "seeds": r.seeds, "search_method": self.search_method,
+                "confirm_method": r.confirm_method, "winner": self.winner, "gains": list(self.gains),
+                "evaluations": self.evaluations, "confirmations": self.confirmations,
+                "grid_size": self.grid_size, "seconds": round(self.seconds, 3),
+                "designs": [d.to_dict() for d in self.designs]}
+
+
+# --- inputs ------------------------------------------------------------------------
+
+@dataclass
+class Inputs:
+    """Loaded inputs shared by all designs (picklable, sent to joblib workers)."""
+
+    model: str
+    tp: int
+    profiles: object
+    machines: dict
+    slos: object
+    workload: object | None
+    trace: object | None
+    duration: float
+
+    @classmethod
+    def load(cls, req: PlanRequest) -> "Inputs":
+        from .machines import load_machines
+        from .models import get_model
+        from .profiles import load_profiles
+        from .slos import load_slos
+        from .workloads import load_trace, load_workload
+
+        get_model(req.model)
+        profiles = load_profiles(req.profiles)
+        machines = load_machines(req.machines_file)
+        slos = load_slos(req.slos)
+        trace = load_trace(req.trace) if req.trace else None
+        workload = None if trace is not None else load_workload(req.workload)
+        inp = cls(req.model, int(req.tp), profiles, machines, slos, workload, trace, float(req.duration))
+        for name in req.designs:   # fail early, with one line, on a design the catalog cannot build
+            d = get_design(name)
+            for m in (d.prompt_machine, d.token_machine):
+                if m is not None and m not in machines:
+                    raise SplitwisePlanError(f"{d.name} needs machine {m!r}, which the machine catalog lacks")
+                if m is not None:
+                    profiles.latency_model(req.model, machines[m].hardware, req.tp)
+        return inp
+
+    def stream(self, rate: float | None, seed: int):
+        """The request stream at ``rate`` (a trace is time-scaled to it) with ``seed``."""
+        from .workloads import RequestStream
+
+        if self.trace is not None:
+            tr = self.trace
+            if rate is None or abs(rate - tr.rate) < 1e-12:
+                return tr
+            k = tr.rate / rate
+            horizon = tr.duration_s * k
+            return RequestStream(tr.arrival_s * k, tr.prompt_tokens, tr.output_tokens,
+                                 name=f"{tr.name}@{rate:g}rps", horizon_s=horizon)
+        return self.workload.generate(rate, duration_s=self.duration, seed=seed)
+
+    def simulator(self, stream, method: str) -> Simulator:
+        return Simulator(stream, self.model, tensor_parallel=self.tp, profiles=self.profiles,
+                         machines=self.machines, slos=self.slos, method=method)
+
+
+def _key_fn(objective: str, up: dict, tp: dict):
+    """Lexicographic key: the objective, then the other one, then fewer machines, then fewer prompt machines."""
+    other = "power" if objective == "cost" else "cost"
+
+    def key(p: int, t: int) -> tuple:
+        return (round(up[objective] * p + tp[objective] * t, 9), round(up[other] * p + tp[other] * t, 9), p + t, p)
+    return key
+
+
+def _units(inputs: Inputs, d: Design) -> tuple[dict, dict]:
+    pm = inputs.machines[d.prompt_machine]
+    tm = inputs.machines[d.token_machine] if d.token_machine else None
+    up = {"cost": pm.cost, "power": pm.power}
+    ut = {"cost": tm.cost if tm else 0.0, "power": tm.power if tm else 0.0}
+    return up, ut
+
+
+def _limits(req: PlanRequest, d: Design, rate: float) -> tuple[int, int]:
+    for name, pmax, tmax in req.limits:
+        if get_design(name).name == d.name:
+            return int(pmax), (0 if d.is_baseline else int(tmax))
+    pmax, tmax = REFERENCE_GRID[d.name]
+    f = max(1.0, rate / REFERENCE_RATE)
+    return int(math.ceil(pmax * f)), int(math.ceil(tmax * f))
+
+
+class _Confirmer:
+    """Runs the confirm method over ``seeds`` streams at one rate and keeps the worst result."""
+
+    def __init__(self, inputs: Inputs, req: PlanRequest, search_method: str) -> None:
+        self.inputs, self.req, self.search_method = inputs, req, search_method
+        self._sims: dict = {}
+        self.runs = 0
+
+    def _sim(self, rate, seed):
+        k = (rate, seed)
+        if k not in self._sims:
+            self._sims[k] = self.inputs.simulator(self.inputs.stream(rate, seed), self.req.confirm_method)
+        return self._sims[k]
+
+    def __call__(self, design: str, pt, rate, search_result=None):
+        """(all seeds pass?, worst SimulationResult, simulations run)."""
+        req = self.req
+        seeds = [req.seed] if self.inputs.trace is not None else list(range(req.seed, req.seed + req.seeds))
+        results, runs = [], 0
+        for s in seeds:
+            if (s == req.seed and search_result is not None and req.confirm_method == self.search_method):
+                results.append(search_result)   # the search already ran this exact simulation
+                continue
+            results.append(self._sim(rate, s).run(design, *pt))
+            runs += 1
+            if not results[-1].slo_met:
+                break
+        self.runs += runs
+        worst = max(results, key=lambda r: float(r.tightest.get("ratio", math.inf)) if r.tightest else math.inf)
+        return all(r.slo_met for r in results), worst, runs
+
+
+# --- iso-throughput ------------------------------------------------------------------
+
+def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> DesignPlan:
+    t0 = time.perf_counter()
+    d = get_design(design)
+    rate = req.rps if req.rps is not None else inputs.trace.rate
+    stream = inputs.stream(req.rps, req.seed)
+    sim = inputs.simulator(stream, method)
+    cm = capacity_model(sim, d)
+    p_max, t_max = _limits(req, d, rate)
+    up, ut = _units(inputs, d)
+    key = _key_fn(req.objective, up, ut)
+    ps = np.arange(1, p_max + 1)
+    space = Space((1, p_max), (0, 0) if d.is_baseline else (1, t_max), key,
+                  t_min=cm.min_token(ps, t_max if not d.is_baseline else 0))
+    bound = cm.ilp_bound(req.objective, p_max=p_max, t_max=None if d.is_baseline else t_max)
+    batch = req.batch or (8 if method == "fluid" else 4)
+    jobs = max(1, req.jobs if req.jobs > 0 else 1)
+    ev = Evaluator(sim, d.name, method, jobs=jobs)
+    confirm = _Confirmer(inputs, req, method)
+    excluded: list = []
+    base = dict(design=d.name, short=d.short, rate=float(rate), bound=bound.value, grid_size=space.size,
+                candidates=space.candidates())
+    opts = {"batch": batch}
+    if req.strategy == "optuna":
+        opts.update(seed=req.seed)
+    while True:
+        sr = search(ev, space, req.strategy, exclude=excluded, **opts)
+        if sr.best is None:
+            note = (f"no design within {p_max} machines meets the SLOs" if d.is_baseline else
+                    f"no design within {p_max} prompt x {t_max} token machines meets the SLOs")
+            if excluded:
+                note += f" (confirmation rejected {', '.join(f'{p}+{t}' for p, t in excluded)})"
+            status = "unconfirmed" if excluded else "infeasible"
+            return DesignPlan(status=status, evaluations=ev.evaluations, confirmations=confirm.runs,
+                              seconds=time.perf_counter() - t0, note=note, **base)
+        ok, worst, _ = confirm(d.name, sr.best, req.rps, ev.cache.get(sr.best))
+        if ok:
+            p, t = sr.best
+            note = f"rejected by confirmation: {', '.join(f'{a}+{b}' for a, b in excluded)}" if excluded else ""
+            return DesignPlan(status="ok", prompt=p, token=t, cost=worst.cost, power=worst.power, result=worst,
+                              evaluations=ev.evaluations, confirmations=confirm.runs,
+                              seconds=time.perf_counter() - t0, note=note, **base)
+        excluded.append(sr.best)
+        if len(excluded) >= MAX_CONFIRM_ATTEMPTS:
+            return DesignPlan(status="unconfirmed", prompt=sr.best[0], token=sr.best[1], cost=worst.cost,
+                              power=worst.power, result=worst, evaluations=ev.evaluations,
+                              confirmations=confirm.runs, seconds=time.perf_counter() - t0,
+                              note=f"{len(excluded)} candidates failed confirmation", **base)
+
+
+# --- iso-cost / iso-power: max throughput ---------------------------------------------
+
+def budget_points(inputs: Inputs, d: Design, kind: str, budget: float, p_max: int, t_max: int) -> list:
+    """The maximal (prompt, token) counts within the budget (every other point is dominated)."""
+    up, ut = _units(inputs, d)
+    pts = []
+    eps = 1e-9 * max(1.0, budget)
+    if d.is_baseline:
+        n = min(p_max, int(math.floor((budget + eps) / up[kind])))
+        return [(n, 0)] if n >= 1 else []
+    for p in range(1, p_max + 1):
+        rest = budget - p * up[kind] + eps
+        if rest < ut[kind]:
+            break
+        pts.append((p, min(t_max, int(math.floor(rest / ut[kind])))))
+    # drop points dominated by another point within the budget
+    return [pt for pt in pts if not any(q != pt and q[0] >= pt[0] and q[1] >= pt[1] for q in pts)]
+
+
+def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> DesignPlan:
+    t0 = time.perf_counter()
+    d = get_design(design)
+    kind = req.objective
+    budget = parse_budget(req.budget_power if kind == "power" else req.budget_cost, kind, inputs.machines)
+    up, ut = _units(inputs, d)
+    p_max = int(math.floor(budget / up[kind] + 1e-9))
+    t_max = 0 if d.is_baseline else int(math.floor((budget - up[kind]) / ut[kind] + 1e-9))
+    pts = budget_points(inputs, d, kind, budget, max(p_max, 0), max(t_max, 0))
+    base = dict(design=d.name, short=d.short, grid_size=len(pts))
+    if not pts:
+        return DesignPlan(status="infeasible", note=f"the budget of {budget:g} buys no complete {d.name}",
+                          seconds=time.perf_counter() - t0, **base)
+    nominal = req.rps or (inputs.trace.rate if inputs.trace is not None else REFERENCE_RATE)
+    sim0 = inputs.simulator(inputs.stream(nominal, req.seed), method)
+    cm0 = capacity_model(sim0, d)
+    ilp = cm0.ilp_bound(kind, p_max=p_max, t_max=None if d.is_baseline else t_max,
+                        budget=(kind, budget), maximize_scale=True)
+    r_hi = ilp.scale * sim0.stream.rate * cm0.max_load if ilp.feasible else 0.0
+    batch = req.batch or (8 if method == "fluid" else 4)
+    tol = req.rate_tol
+    evals = 0
+    cache: dict = {}   # rate -> (evaluator, passing points)
+    prefer: list = []
+
+    def check(rate: float):
+        """Passing budget points at ``rate`` with the search method: stop at the first passing batch."""
+        nonlocal evals
+        sim = inputs.simulator(inputs.stream(rate, req.seed), method)
+        cm = capacity_model(sim, d)
+        arr = np.asarray(pts)
+        ok = cm.feasible(arr[:, 0], arr[:, 1])
+        head = cm.max_scale(arr[:, 0], arr[:, 1], hi=8.0, iters=20)
+        order = [i for i in np.argsort(-head, kind="stable") if ok[i]]
+        cand = [pts[i] for i in order]
+        cand = [p for p in prefer if p in cand] + [p for p in cand if p not in prefer]
+        ev = Evaluator(sim, d.name, method, jobs=max(1, req.jobs if req.jobs > 0 else 1))
+        passing = []
+        for k in range(0, len(cand), batch):
+            res = ev(cand[k:k + batch])
+            passing += [pt for pt, r in zip(cand[k:k + batch], res) if r.slo_met]
+            if passing:
+                break
+        evals += ev.evaluations
+        cache[rate] = (ev, passing, cand)
+        return passing
+
+    lo_k, hi_k = 0, max(1, int(math.ceil(r_hi / tol)))
+    while hi_k - lo_k > 1:
+        mid = (lo_k + hi_k) // 2
+        passing = check(mid * tol)
+        if passing:
+            lo_k = mid
+            prefer = passing
+        else:
+            hi_k = mid
+    confirm = _Confirmer(inputs, req, method)
+    tried: list = []
+    while lo_k > 0 and len(tried) < MAX_CONFIRM_ATTEMPTS:
+        rate = lo_k * tol
+        if rate not in cache:
+            check(rate)
+        ev, passing, cand = cache[rate]
+        rest = [p for p in cand if p not in ev.cache]
+        if rest:   # see every passing point at the final rate to pick the one with most headroom
+            ev(rest)
+            evals += len(rest)
+        passing = [p for p in cand if ev.cache[p].slo_met and (rate, p) not in tried]
+        passing.sort(key=lambda p: float(ev.cache[p].tightest.get("ratio", math.inf)))
+        for pt in passing:
+            ok, worst, _ = confirm(d.name, pt, rate, ev.cache[pt])
+            if ok:
+                return DesignPlan(status="ok", prompt=pt[0], token=pt[1], cost=worst.cost, power=worst.power,
+                                  rate=float(rate), result=worst, bound=r_hi, evaluations=evals,
+                                  confirmations=confirm.runs, candidates=len(pts),
+                                  seconds=time.perf_counter() - t0,
+                                  note=f"{len(tried)} candidates failed confirmation" if tried else "", **base)
+            tried.append((rate, pt))
+            if len(tried) >= MAX_CONFIRM_ATTEMPTS:
+                break
+        lo_k -= 1
+    return DesignPlan(status="unconfirmed" if tried else "infeasible", bound=r_hi, evaluations=evals,
+                      confirmations=confirm.runs, candidates=len(pts), seconds=time.perf_counter() - t0,
+                      note=(f"no confirmed rate >= {tol:g} req/s within the budget" if tried else
+                            f"holds no rate >= {tol:g} req/s within the budget"), **base)
+
+
+# --- ranking and gains ------------------------------------------------------------------
+
+def _rank_key(goal: str):
+    def key(dp: DesignPlan):
+        if dp.status != "ok":
+            return (1, 0.0, 0.0)
+        if goal == "min-cost":
+            return (0, dp.cost, dp.power)
+        if goal == "min-power":
+            return (0, dp.power, dp.cost)
+        return (0, -dp.rate, dp.cost)
+    return key
+
+
+def _pct(new: float, old: float, what: str) -> str:
+    if not (old > 0 and math.isfinite(new)):
+        return f"{what} n/a"
+    ch = (new - old) / old
+    if abs(ch) < 0.005:
+        return f"the same {what}"
+    return f"{abs(ch) * 100:.0f}% {'lower' if ch < 0 else 'higher'} {what}"
+
+
+def gain_text(winner: DesignPlan, other: DesignPlan, goal: str) -> str:
+    """The winner against another design, in the paper's terms."""
+    if goal == "max-throughput":
+        thr = winner.rate / other.rate if other.rate > 0 else math.inf
+        head = "the same throughput" if abs(thr - 1.0) < 0.005 else f"{thr:.2f}x throughput"
+    else:
+        head = "same throughput"
+    first, second = ("power", "cost") if goal == "min-power" else ("cost", "power")
+    return (f"{winner.design} vs {other.design}: {head} at {_pct(getattr(winner, first), getattr(other, first), first)}"
+            f" and {_pct(getattr(winner, second), getattr(other, second), second)}")
+
+
+def _gains(designs: tuple[DesignPlan, ...], winner: DesignPlan | None, goal: str) -> tuple[str, ...]:
+    if winner is None:
+        return ()
+    out = []
+    for dp in designs:
+        if dp.status == "ok" and dp is not winner and get_design(dp.design).is_baseline:
+            out.append(gain_text(winner, dp, goal))
+    return tuple(out)
+
+
+# --- the API -------------------------------------------------------------------------
+
+def _plan_one(inputs: Inputs, req: PlanRequest, design: str, method: str) -> DesignPlan:
+    if req.goal == "max-throughput":
+        return _plan_budget(inputs, req, design, method)
+    return _plan_iso(inputs, req, design, method)
+
+
+# heavier designs first, so parallel workers finish together
+_WORK_ORDER = ("splitwise-aa", "splitwise-ha", "splitwise-hhcap", "splitwise-hh", "baseline-a100", "baseline-h100")
+
+
+def plan(request: PlanRequest | None = None, /, **kwargs) -> PlanResult:
+    """Plan every requested design under the goal; see :class:`PlanRequest` for the options.
+
+    ``plan(goal="min-cost", rps=70)`` or ``plan(PlanRequest(...))``.
+    """
+    t0 = time.perf_counter()
+    req = request if request is not None else PlanRequest(**kwargs)
+    if request is not None and kwargs:
+        req = replace(request, **kwargs)
+    method = req.resolved_search_method()
+    inputs = Inputs.load(req)
+    if req.goal == "max-throughput":   # check the budget once, before any work
+        parse_budget(req.budget_power if req.objective == "power" else req.budget_cost, req.objective,
+                     inputs.machines)
+    order = sorted(req.designs, key=lambda n: _WORK_ORDER.index(n) if n in _WORK_ORDER else 99)
+    jobs = req.jobs if req.jobs > 0 else (os.cpu_count() or 1) if req.jobs == 0 else (os.cpu_count() or 1)
+    jobs = min(jobs, len(order))
+    if jobs > 1:
+        from joblib import Parallel, delayed
+        sub = replace(req, jobs=1)
+        plans = Parallel(n_jobs=jobs, prefer="processes", batch_size=1)(
+            delayed(_plan_one)(inputs, sub, n, method) for n in order)
+    else:
+        plans = [_plan_one(inputs, req, n, method) for n in order]
+    by_name = {p.design: p for p in plans}
+    ranked = tuple(sorted((by_name[n] for n in req.designs), key=_rank_key(req.goal)))
+    winner = ranked[0] if ranked and ranked[0].status == "ok" else None
+    return PlanResult(req, ranked, winner.design if winner else None, _gains(ranked, winner, req.goal),
+                      method, time.perf_counter() - t0)
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+SLO_COLUMNS = tuple((m, p) for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99))
+
+
+def render(result: PlanResult, console=None) -> None:
+    """Print the ranking table, the winner and its gains with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = console or Console()
+    req = result.request
+    if req.goal == "max-throughput":
+        kind = req.objective
+        spec = req.budget_power if kind == "power" else req.budget_cost
+        title = f"max-throughput within {kind} budget {spec}"
+    else:
+        rate = f"{req.rps:g} req/s" if req.rps is not None else f"trace {req.trace}"
+        title = f"{req.goal} at {rate}"
+    src = req.trace or req.workload
+    table = Table(title=f"splitwise-plan: {title} - {req.model}, {src}, {req.duration:g} s, "
+                        f"seed {req.seed}" + (f" (worst of {req.seeds} seeds)" if req.seeds > 1 else ""))
+    cols = ["#", "design", "prompt", "token"]
+    if req.goal == "max-throughput":
+        cols.append("req/s")
+    cols += ["cost", "power"] + [f"{m.upper()} P{p}" for m, p in SLO_COLUMNS] + ["headroom", "sims"]
+    for c in cols:
+        table.add_column(c, justify="left" if c == "design" else "right")
+    for i, dp in enumerate(result.designs, 1):
+        sims = f"{dp.evaluations}+{dp.confirmations}"
+        if dp.status == "infeasible" or dp.result is None:
+            row = [str(i), dp.design, "-", "-"] + (["-"] if req.goal == "max-throughput" else []) + ["-", "-"]
+            row += ["-"] * len(SLO_COLUMNS) + ["-", sims]
+            table.add_row(*row, style="dim")
+            continue
+        r = dp.result
+        tight = (r.tightest.get("metric"), r.tightest.get("percentile")) if r.tightest else None
+        row = [str(i), dp.design + ("" if dp.status == "ok" else " (unconfirmed)"), str(dp.prompt),
+               str(dp.token) if not get_design(dp.design).is_baseline else "-"]
+        if req.goal == "max-throughput":
+            row.append(f"{dp.rate:g}")
+        row += [f"{dp.cost:.2f}", f"{dp.power:.1f}"]
+        for m, p in SLO_COLUMNS:
+            v = r.slowdown.get(m, {}).get(p, float("nan"))
+            cell = f"{v:.2f}"
+            if tight == (m, p):
+                cell = f"[bold]{cell}*[/bold]"
+            row.append(cell)
+        row += [f"{dp.headroom:.0%}", sims]
+        table.add_row(*row)
+    table.caption = (f"slowdowns vs the request alone on a DGX-A100 (* tightest SLO); headroom = 1 - tightest "
+                     f"slowdown/limit; sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
+                     f"simulations: {result.evaluations} + {result.confirmations} for a grid of "
+                     f"{result.grid_size} points; {result.seconds:.1f} s")
+    con.print(table)
+    for dp in result.designs:
+        if dp.note:
+            con.print(f"  {dp.design}: {dp.note}")
+    if result.winner is None:
+        con.print("No design meets all SLOs.")
+        return
+    w = result.get(result.winner)
+    what = {"min-cost": "lowest cost", "min-power": "lowest power", "max-throughput": "highest throughput"}[req.goal]
+    counts = f"{w.prompt} machines" if get_design(w.design).is_baseline else f"{w.prompt} prompt + {w.token} token machines"
+    rate = f" at {w.rate:g} req/s" if req.goal == "max-throughput" else ""
+    con.print(f"Winner ({what}): [bold]{w.design}[/bold], {counts}{rate}, cost {w.cost:.2f}, power {w.power:.1f}, "
+              f"headroom {w.headroom:.0%}")
+    for g in result.gains:
+        con.print(f"  {g}")

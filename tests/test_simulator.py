@@ -1,0 +1,132 @@
+"""The simulators against independent truth: hand-computed cases, the reference results, each other."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from splitwise_plan.simulator import Simulator
+from splitwise_plan.workloads import RequestStream, load_trace, load_workload
+
+GIB = 1024**3
+BLOOM_KV = 2 * 14336 * 70 * 2          # bytes per token
+
+
+def _one(prompt: int, output: int) -> RequestStream:
+    return RequestStream(np.array([0.0]), np.array([prompt]), np.array([output]), name="one")
+
+
+@pytest.mark.parametrize("method", ["events", "fluid"])
+def test_single_request_splitwise_is_prompt_transfer_and_decode(method):
+    sim = Simulator(_one(1500, 20), method=method)
+    h100 = sim.profiles.latency_model("bloom-176b", "h100-80gb")
+    r = sim.run("HH", 1, 1)
+    ttft = h100.prompt_time(1500)
+    e2e = ttft + 1500 * BLOOM_KV / (200 * GIB) + 19 * h100.token_time(1)
+    assert r.latency_s["ttft"][50] == pytest.approx(ttft, rel=1e-9)
+    # the fluid model may add up to one iteration to join a running batch
+    slack = 0.0 if method == "events" else h100.token_time(1)
+    assert e2e - 1e-9 <= r.latency_s["e2e"][50] <= e2e + slack + 1e-9
+    assert r.completed == 1
+
+
+@pytest.mark.parametrize("method", ["events", "fluid"])
+def test_single_request_baseline_runs_both_phases_on_one_machine(method):
+    sim = Simulator(_one(800, 10), method=method)
+    a100 = sim.profiles.latency_model("bloom-176b", "a100-80gb")
+    r = sim.run("A100", 1)
+    assert r.latency_s["ttft"][50] == pytest.approx(a100.prompt_time(800), rel=1e-9)
+    assert r.latency_s["e2e"][50] == pytest.approx(a100.prompt_time(800) + 9 * a100.token_time(1), rel=1e-9)
+    # alone on the reference machine the TTFT slowdown is 1; the reference's E2E denominator
+    # takes the token time at the prompt size, not at batch size 1
+    assert r.slowdown["ttft"][50] == pytest.approx(1.0)
+    e2e_ref = a100.prompt_time(800) + 9 * a100.token_time(800)
+    assert r.slowdown["e2e"][50] == pytest.approx(r.latency_s["e2e"][50] / e2e_ref)
+
+
+def test_two_prompts_on_a_busy_prompt_machine_share_one_batch():
+    # the second and third prompt arrive while the first runs: they are batched together
+    st = RequestStream(np.array([0.0, 0.01, 0.02]), np.array([1000, 300, 400]), np.array([5, 5, 5]))
+    for method in ("events", "fluid"):
+        sim = Simulator(st, method=method)
+        h100 = sim.profiles.latency_model("bloom-176b", "h100-80gb")
+        r = sim.run("HH", 1, 1)
+        first_end = h100.prompt_time(1000)
+        second_end = first_end + h100.prompt_time(700)
+        ttft = sorted([first_end, second_end - 0.01, second_end - 0.02])
+        assert r.latency_s["ttft"][50] == pytest.approx(np.percentile(ttft, 50), rel=1e-6), method
+
+
+CALIBRATION = [("baseline-a100", 120, 0), ("baseline-h100", 53, 0), ("baseline-h100", 45, 0),
+               ("splitwise-hh", 27, 3), ("splitwise-hh", 25, 3), ("splitwise-hh", 29, 1),
+               ("splitwise-hh", 21, 6)]
+COLS = [f"{m}_p{p}_s" for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)]
+
+
+@pytest.fixture(scope="module")
+def reference(sim_dir):
+    return (pd.read_csv(sim_dir / "reference_results_calibration.csv"),
+            load_trace(sim_dir / "rr_code_70_2min.csv"))
+
+
+@pytest.mark.parametrize("system,n_prompt,n_token", CALIBRATION)
+def test_oracle_reproduces_reference_simulator(reference, system, n_prompt, n_token):
+    table, stream = reference
+    row = table[(table.system == system) & (table.n_prompt == n_prompt) & (table.n_token == n_token)].iloc[0]
+    r = Simulator(stream, method="events").run(system, n_prompt, n_token)
+    ours = np.array([r.latency_s[m][p] for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)])
+    err = np.abs(ours / row[COLS].to_numpy(float) - 1)
+    assert r.slo_met == bool(row.all_slos_met)
+    assert np.median(err) < 0.05 and err.max() < 0.35, err
+
+
+def test_fluid_agrees_with_reference_on_pass_fail(reference):
+    table, stream = reference
+    sim = Simulator(stream, method="fluid")
+    agree = 0
+    for system, g in table.groupby("system"):
+        res = sim.run_many(system, list(zip(g.n_prompt, g.n_token)))
+        agree += sum(r.slo_met == bool(ok) for r, ok in zip(res, g.all_slos_met))
+    assert agree / len(table) >= 0.9
+
+
+ORACLE_CASES = [("HH", 8, 3, 20.0, "coding"), ("AA", 10, 6, 12.0, "conversation"),
+                ("HA", 6, 5, 15.0, "conversation"), ("HHcap", 12, 4, 25.0, "coding"),
+                ("H100", 8, 0, 12.0, "conversation"), ("A100", 14, 0, 10.0, "coding")]
+
+
+@pytest.mark.parametrize("design,n_prompt,n_token,rate,workload", ORACLE_CASES)
+def test_fluid_tracks_the_oracle(design, n_prompt, n_token, rate, workload):
+    stream = load_workload(workload).generate(rate, duration_s=40.0, seed=3)
+    fluid = Simulator(stream, method="fluid").run(design, n_prompt, n_token)
+    oracle = Simulator(stream, method="events").run(design, n_prompt, n_token)
+    f = np.array([fluid.latency_s[m][p] for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)])
+    o = np.array([oracle.latency_s[m][p] for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)])
+    assert np.median(np.abs(f / o - 1)) < 0.15, (f, o)
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: the fluid model underrates how much decodes on "
+                   "borrowed (mixed-pool) machines slow down when the token pool is starved")
+def test_fluid_tracks_the_oracle_when_the_token_pool_is_starved():
+    stream = load_workload("coding").generate(25.0, duration_s=40.0, seed=3)
+    fluid = Simulator(stream, method="fluid").run("HHcap", 9, 2)
+    oracle = Simulator(stream, method="events").run("HHcap", 9, 2)
+    assert fluid.latency_s["tbt"][90] == pytest.approx(oracle.latency_s["tbt"][90], rel=0.3)
+
+
+def test_a_batch_of_designs_gives_what_each_gives_alone():
+    stream = load_workload("coding").generate(20.0, duration_s=30.0, seed=1)
+    sim = Simulator(stream)
+    pts = [(6, 1), (8, 2), (10, 3)]
+    batch = sim.run_many("HH", pts)
+    for pt, r in zip(pts, batch):
+        alone = sim.run("HH", *pt)
+        assert alone.latency_s == r.latency_s
+
+
+def test_more_prompt_machines_never_raise_ttft_much():
+    stream = load_workload("coding").generate(30.0, duration_s=40.0, seed=2)
+    res = Simulator(stream).run_many("HH", [(p, 3) for p in range(6, 14)])
+    p99 = [r.latency_s["ttft"][99] for r in res]
+    assert all(b <= a * 1.05 for a, b in zip(p99, p99[1:])), p99
