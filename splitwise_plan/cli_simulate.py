@@ -424,7 +424,7 @@ def sweep_cmd(
     method: str = _opt_method(),
 ) -> None:
     """Simulate a grid of machine counts of one design: one CSV row per design point (the paper's Fig. 12)."""
-    from .plots import optimum, _point, write_plot
+    from .plots import design_point, optimum, rank_key, write_plot
     from .reports import build_report, write_csv, write_json
 
     d = get_design(design)
@@ -450,13 +450,14 @@ def sweep_cmd(
                          seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method)
     sim = inp.simulator()
     results = run_grid(sim, d, grid, quiet=quiet)
-    best = optimum([_point(r) for r in results])
+    best = optimum([design_point(r) for r in results])
     best_result = next((r for r in results if best and (r.prompt_machines, r.token_machines)
                         == (best["prompt"], best["token"])), None)
     summary = {"design": d.name, "points": len(results), "passing": sum(r.slo_met for r in results),
                "optimum": None if best_result is None else {
                    "prompt_machines": best_result.prompt_machines, "token_machines": best_result.token_machines,
-                   "machines": best_result.machines, "cost": best_result.cost, "power": best_result.power}}
+                   "machines": best_result.machines, "cost": round(best_result.cost, 6),
+                   "power": round(best_result.power, 6)}}
     if csv_out is not None:
         write_csv(csv_out, [r.flat() for r in results])
     if plot is not None:
@@ -471,7 +472,7 @@ def sweep_cmd(
     table = Table(title=f"Sweep of {d.name}: {len(results):,} design points, {summary['passing']:,} hold all SLOs")
     for col in ("prompt", "token", "machines", "cost", "power", "tightest SLO", "value / limit", "holds"):
         table.add_column(col, justify="right")
-    ok = sorted((r for r in results if r.slo_met), key=lambda r: (r.cost, r.power, r.machines))[:10]
+    ok = sorted((r for r in results if r.slo_met), key=lambda r: rank_key(design_point(r)))[:10]
     for r in ok:
         t = r.tightest
         table.add_row(str(r.prompt_machines), str(r.token_machines) if r.token_machines else "-", str(r.machines),
@@ -511,7 +512,7 @@ def violation_lines(result) -> list[str]:
         value = v["value"]
         val = "not finished (inf)" if not math.isfinite(value) else f"{value:.4g}{unit}"
         margin = "-inf" if not math.isfinite(v["margin"]) else f"{v['margin']:.4g}"
-        out.append(f"  {v['metric'].upper()} P{v['percentile']:g} {v['unit']}: {val}, limit < {v['limit']:g}{unit}, "
+        out.append(f"  - {v['metric'].upper()} P{v['percentile']:g} {v['unit']}: {val}, limit < {v['limit']:g}{unit}, "
                    f"margin {margin}")
     return out
 
@@ -570,7 +571,7 @@ def check_cmd(
                     if headroom else f"{inp.rate:.4g} req/s")
         src = f"trace {trace}" if trace else f"{inp.workload}, {inp.duration_s:g} s, seed {inp.seed}"
         lines = [f"check: {spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}",
-                 f"       at {rate_txt}; {src}; {len(inp.stream):,} requests; method {inp.method}"]
+                 f"load:  {rate_txt}; {src}; {len(inp.stream):,} requests; method {inp.method}"]
         n = len(inp.slos)
         if result.slo_met:
             t = result.tightest

@@ -36,7 +36,6 @@ ALL_DESIGNS = tuple(d.name for d in DESIGNS.values())
 REFERENCE_GRID = {"splitwise-aa": (69, 69), "splitwise-hh": (39, 39), "splitwise-ha": (39, 69),
                   "splitwise-hhcap": (39, 39), "baseline-a100": (139, 0), "baseline-h100": (79, 0)}
 REFERENCE_RATE = 70.0
-MAX_CONFIRM_ATTEMPTS = 6
 
 
 def fluid_available() -> bool:
@@ -74,6 +73,8 @@ class PlanRequest:
     batch: int | None = None           # points per search round (default 8 fluid, 4 events)
     rate_tol: float = 0.5              # max-throughput: rate resolution, req/s
     limits: tuple = ()                 # ((design, prompt max, token max), ...) overriding the grid
+    margin: float = 0.0                # the search asks the tightest SLO ratio to stay below 1 - margin
+    max_confirm: int = 8               # candidates the confirm simulator may reject before giving up
 
     def __post_init__(self) -> None:
         if self.goal not in GOALS:
@@ -105,6 +106,10 @@ class PlanRequest:
             raise SplitwisePlanError(f"confirm method {self.confirm_method!r} is unknown; valid: {', '.join(METHODS)}")
         if self.strategy not in STRATEGIES:
             raise SplitwisePlanError(f"search strategy {self.strategy!r} is unknown; valid: {', '.join(STRATEGIES)}")
+        if isinstance(self.margin, bool) or not isinstance(self.margin, (int, float)) or not 0 <= self.margin < 1:
+            raise SplitwisePlanError(f"margin must be a number in [0, 1), got {self.margin!r}")
+        if isinstance(self.max_confirm, bool) or not isinstance(self.max_confirm, int) or self.max_confirm < 1:
+            raise SplitwisePlanError(f"max_confirm must be a positive integer, got {self.max_confirm!r}")
         if self.batch is not None and (not isinstance(self.batch, int) or self.batch < 1):
             raise SplitwisePlanError(f"batch must be a positive integer, got {self.batch!r}")
         names = parse_designs(self.designs)
@@ -369,11 +374,12 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
     space = Space((1, p_max), (0, 0) if d.is_baseline else (1, t_max), key,
                   t_min=cm.min_token(ps, t_max if not d.is_baseline else 0))
     bound = cm.ilp_bound(req.objective, p_max=p_max, t_max=None if d.is_baseline else t_max)
-    batch = req.batch or (8 if method == "fluid" else 4)
+    batch = req.batch or (128 if method == "fluid" else 4)
     jobs = max(1, req.jobs if req.jobs > 0 else 1)
-    ev = Evaluator(sim, d.name, method, jobs=jobs)
+    ev = Evaluator(sim, d.name, method, jobs=jobs, threshold=1.0 - req.margin)
     confirm = _Confirmer(inputs, req, method)
     excluded: list = []
+    rejected: list = []   # "p+t (search ratio -> confirm ratio)"
     base = dict(design=d.name, short=d.short, rate=float(rate), bound=bound.value, grid_size=space.size,
                 candidates=space.candidates())
     opts = {"batch": batch}
@@ -392,16 +398,22 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
         ok, worst, _ = confirm(d.name, sr.best, req.rps, ev.cache.get(sr.best))
         if ok:
             p, t = sr.best
-            note = f"rejected by confirmation: {', '.join(f'{a}+{b}' for a, b in excluded)}" if excluded else ""
+            note = f"rejected by confirmation: {', '.join(rejected)}" if rejected else ""
             return DesignPlan(status="ok", prompt=p, token=t, cost=worst.cost, power=worst.power, result=worst,
                               evaluations=ev.evaluations, confirmations=confirm.runs,
                               seconds=time.perf_counter() - t0, note=note, **base)
         excluded.append(sr.best)
-        if len(excluded) >= MAX_CONFIRM_ATTEMPTS:
+        rejected.append(f"{sr.best[0]}+{sr.best[1]} ({_ratio(ev.cache.get(sr.best)):.2f} -> {_ratio(worst):.2f})")
+        if len(excluded) >= req.max_confirm:
             return DesignPlan(status="unconfirmed", prompt=sr.best[0], token=sr.best[1], cost=worst.cost,
                               power=worst.power, result=worst, evaluations=ev.evaluations,
                               confirmations=confirm.runs, seconds=time.perf_counter() - t0,
-                              note=f"{len(excluded)} candidates failed confirmation", **base)
+                              note=f"all {len(excluded)} candidates failed confirmation: {', '.join(rejected)}",
+                              **base)
+
+
+def _ratio(r) -> float:
+    return float(r.tightest.get("ratio", math.inf)) if r is not None and r.tightest else math.inf
 
 
 # --- iso-cost / iso-power: max throughput ---------------------------------------------
@@ -442,9 +454,10 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
     ilp = cm0.ilp_bound(kind, p_max=p_max, t_max=None if d.is_baseline else t_max,
                         budget=(kind, budget), maximize_scale=True)
     r_hi = ilp.scale * sim0.stream.rate * cm0.max_load if ilp.feasible else 0.0
-    batch = req.batch or (8 if method == "fluid" else 4)
+    batch = req.batch or (128 if method == "fluid" else 4)
     tol = req.rate_tol
     evals = 0
+    threshold = 1.0 - req.margin
     cache: dict = {}   # rate -> (evaluator, passing points)
     prefer: list = []
 
@@ -459,11 +472,11 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         order = [i for i in np.argsort(-head, kind="stable") if ok[i]]
         cand = [pts[i] for i in order]
         cand = [p for p in prefer if p in cand] + [p for p in cand if p not in prefer]
-        ev = Evaluator(sim, d.name, method, jobs=max(1, req.jobs if req.jobs > 0 else 1))
+        ev = Evaluator(sim, d.name, method, jobs=max(1, req.jobs if req.jobs > 0 else 1), threshold=threshold)
         passing = []
         for k in range(0, len(cand), batch):
             res = ev(cand[k:k + batch])
-            passing += [pt for pt, r in zip(cand[k:k + batch], res) if r.slo_met]
+            passing += [pt for pt, r in zip(cand[k:k + batch], res) if ev.ok(r)]
             if passing:
                 break
         evals += ev.evaluations
@@ -481,7 +494,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
             hi_k = mid
     confirm = _Confirmer(inputs, req, method)
     tried: list = []
-    while lo_k > 0 and len(tried) < MAX_CONFIRM_ATTEMPTS:
+    while lo_k > 0 and len(tried) < req.max_confirm:
         rate = lo_k * tol
         if rate not in cache:
             check(rate)
@@ -490,7 +503,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         if rest:   # see every passing point at the final rate to pick the one with most headroom
             ev(rest)
             evals += len(rest)
-        passing = [p for p in cand if ev.cache[p].slo_met and (rate, p) not in tried]
+        passing = [p for p in cand if ev.ok(ev.cache[p]) and (rate, p) not in tried]
         passing.sort(key=lambda p: float(ev.cache[p].tightest.get("ratio", math.inf)))
         for pt in passing:
             ok, worst, _ = confirm(d.name, pt, rate, ev.cache[pt])
@@ -501,7 +514,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
                                   seconds=time.perf_counter() - t0,
                                   note=f"{len(tried)} candidates failed confirmation" if tried else "", **base)
             tried.append((rate, pt))
-            if len(tried) >= MAX_CONFIRM_ATTEMPTS:
+            if len(tried) >= req.max_confirm:
                 break
         lo_k -= 1
     return DesignPlan(status="unconfirmed" if tried else "infeasible", bound=r_hi, evaluations=evals,
@@ -582,7 +595,7 @@ def plan(request: PlanRequest | None = None, /, **kwargs) -> PlanResult:
         parse_budget(req.budget_power if req.objective == "power" else req.budget_cost, req.objective,
                      inputs.machines)
     order = sorted(req.designs, key=lambda n: _WORK_ORDER.index(n) if n in _WORK_ORDER else 99)
-    jobs = req.jobs if req.jobs > 0 else (os.cpu_count() or 1) if req.jobs == 0 else (os.cpu_count() or 1)
+    jobs = req.jobs if req.jobs > 0 else (os.cpu_count() or 1)
     jobs = min(jobs, len(order))
     if jobs > 1:
         from joblib import Parallel, delayed

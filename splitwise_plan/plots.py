@@ -57,7 +57,7 @@ def _get(r, key, default=None):
     return getattr(r, key, default)
 
 
-def _point(r) -> dict:
+def design_point(r) -> dict:
     """A design point from a ``SimulationResult``, its ``flat()`` row or ``to_dict()``."""
     ratio = _get(r, "tightest_ratio")
     if ratio is None:
@@ -75,11 +75,18 @@ def _point(r) -> dict:
 
 
 def optimum(points: Sequence[dict]) -> dict | None:
-    """The cheapest passing design point (ties: lower power, then fewer machines)."""
+    """The cheapest passing design point (ties: lower power, then the most SLO slack, then fewer machines)."""
     ok = [p for p in points if p["met"]]
     if not ok:
         return None
-    return min(ok, key=lambda p: (p["cost"], p["power"], p["prompt"] + p["token"], p["prompt"]))
+    return min(ok, key=rank_key)
+
+
+def rank_key(p: dict) -> tuple:
+    """Sort key of design points: cost, power (rounded so float noise does not break ties),
+    then the tightest SLO ratio (more slack first), then fewer machines."""
+    ratio = p["ratio"] if math.isfinite(p["ratio"]) else math.inf
+    return (round(p["cost"], 6), round(p["power"], 6), ratio, p["prompt"] + p["token"], p["prompt"])
 
 
 def _edges(values: np.ndarray) -> np.ndarray:
@@ -116,7 +123,7 @@ def _ratio_colours(ratios=None):
 
 def draw_design_space(fig, rows: Iterable, title: str | None = None) -> dict | None:
     """Draw the design-space map of sweep results into ``fig`` (a Figure or SubFigure); return the optimum."""
-    points = [_point(r) for r in rows]
+    points = [design_point(r) for r in rows]
     if not points:
         raise SplitwisePlanError("nothing to plot: the sweep has no design points")
     designs = sorted({p["design"] for p in points})
@@ -335,7 +342,7 @@ def _sweep_table(points: Sequence[dict]) -> tuple:
     cols = ("design", "prompt", "token", "cost", "power", "SLOs met", "tightest SLO", "value / limit")
     rows = [(p["design"], p["prompt"], p["token"], p["cost"], p["power"], "yes" if p["met"] else "no",
              p["tightest_slo"] or "", p["ratio"])
-            for p in sorted(points, key=lambda p: (not p["met"], p["cost"], p["prompt"], p["token"]))]
+            for p in sorted(points, key=lambda p: (not p["met"], rank_key(p)))]
     return ("Design points (passing first, cheapest first)", cols, rows)
 
 
@@ -363,7 +370,7 @@ def write_plot(path: str | Path, *, sweep: Iterable | None = None, designs: Sequ
         figs, tables = [], []
         if sweep:
             figs.append(design_space_figure(sweep))
-            tables.append(_sweep_table([_point(r) for r in sweep]))
+            tables.append(_sweep_table([design_point(r) for r in sweep]))
         if designs:
             figs.append(comparison_figure(designs, normalize_to=normalize_to))
             tables.append(_comparison_table(designs))

@@ -50,18 +50,29 @@ class Evaluator:
     """
 
     def __init__(self, sim=None, design=None, method: str | None = None, *, jobs: int = 1,
-                 run: Callable[[list[Point]], list] | None = None) -> None:
+                 run: Callable[[list[Point]], list] | None = None, threshold: float = 1.0) -> None:
         if run is None and sim is None:
             raise ValueError("an Evaluator needs a simulator or a run function")
         self.sim, self.design, self.method, self.jobs = sim, design, method, max(1, int(jobs or 1))
+        #: a point passes when all SLOs hold and its tightest value/limit ratio is below this
+        self.threshold = float(threshold)
         self._run = run
         self.cache: dict[Point, object] = {}
         self.evaluations = 0
         self.calls = 0
         self.seconds = 0.0
 
+    def ok(self, result) -> bool:
+        """Does a simulation result pass (every SLO met, and within the threshold if below 1)?"""
+        if not result.slo_met:
+            return False
+        if self.threshold >= 1.0:
+            return True
+        ratio = result.tightest.get("ratio", math.inf) if result.tightest else math.inf
+        return bool(ratio < self.threshold)
+
     def passed(self, pt: Point) -> bool:
-        return bool(self.cache[pt].slo_met)
+        return self.ok(self.cache[pt])
 
     def __call__(self, points: Sequence[Point]) -> list:
         todo = list(dict.fromkeys(tuple(map(int, p)) for p in points if tuple(map(int, p)) not in self.cache))
@@ -199,11 +210,20 @@ def frontier_search(evaluate: Evaluator, space: Space, *, batch: int = 8, exclud
             # the centres of ``batch`` equal slices of the active columns
             pick = np.unique(((np.arange(batch) + 0.5) * active.size / batch).astype(int))
             active = active[pick]
-        probes = [(int(ps[i]), int((lo[i] + hi[i]) // 2)) for i in active]
+        # k-ary search: each column gets an equal share of the round's points, evenly
+        # spaced in its undecided interval (one point = bisection)
+        per = max(1, batch // active.size)
+        probes = []
+        for i in active:
+            width = int(hi[i] - lo[i] + 1)
+            k = min(per, width)
+            ts_i = {int(lo[i] + (j + 1) * width // (k + 1)) for j in range(k)} if k < width else \
+                set(range(int(lo[i]), int(hi[i]) + 1))
+            probes += [(int(ps[i]), t) for t in sorted(ts_i)]
         results = evaluate(probes)
         rounds += 1
         for pt, r in zip(probes, results):
-            absorb(pt, bool(r.slo_met))
+            absorb(pt, evaluate.ok(r))
     res = evaluate.cache.get(best) if best is not None else None
     return SearchResult(best, res, evaluate.evaluations, rounds, space.size, space.candidates(),
                         time.perf_counter() - t0, "frontier", tuple(sorted(excluded)))
@@ -258,7 +278,7 @@ def optuna_search(evaluate: Evaluator, space: Space, *, n_trials: int = 24, batc
             if pt in evaluate.cache:
                 r = evaluate.cache[pt]
                 ratio = float(r.tightest.get("ratio", math.inf)) if r.tightest else (0.0 if r.slo_met else 2.0)
-                ok = bool(r.slo_met) and pt not in excluded
+                ok = evaluate.ok(r) and pt not in excluded
                 c = (ratio - 1.0 if ok else max(ratio - 1.0, 1e-9)) if math.isfinite(ratio) else 1e9
             else:
                 c = 1e9  # pruned by the capacity model: not simulated

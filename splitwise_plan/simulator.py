@@ -152,12 +152,24 @@ class Simulator:
         return self.run_many(design, [(n_prompt, n_token)], method=method)[0]
 
     def run_many(self, design: str | Design, points: Iterable[Sequence[int]],
-                 method: str | None = None) -> list[SimulationResult]:
-        """Simulate many (prompt, token) machine counts of one design; the fluid method batches them."""
+                 method: str | None = None, jobs: int = 1) -> list[SimulationResult]:
+        """Simulate many (prompt, token) machine counts of one design; the fluid method batches them.
+
+        ``jobs > 1`` splits the points over that many worker processes (joblib).
+        """
         method = method or self.method
+        points = [tuple(pt) for pt in points]
         clusters = [self.cluster(design, *pt) for pt in points]
         if not clusters:
             return []
+        if jobs > 1 and len(points) > 1:
+            from joblib import Parallel, delayed
+            parts = [points[k::jobs] for k in range(jobs) if points[k::jobs]]
+            outs = Parallel(n_jobs=len(parts))(delayed(self.run_many)(design, part, method) for part in parts)
+            merged: list = [None] * len(points)
+            for k, out in enumerate(outs):
+                merged[k::jobs] = out
+            return merged
         if method == "events":
             from .oracle import simulate_events
             outs = [simulate_events(c, self.stream) for c in clusters]

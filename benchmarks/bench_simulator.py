@@ -1,0 +1,93 @@
+"""Fidelity and speed of the simulators (issue 3). Prints figures and ratios; asserts nothing.
+
+    python benchmarks/bench_simulator.py [--events]
+
+Reads the reference results from ../shared (skips that part when absent). ``--events``
+also runs the discrete-event oracle on all 75 reference rows (about 2 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from splitwise_plan.simulator import Simulator
+from splitwise_plan.workloads import load_trace, load_workload
+
+SHARED = Path(os.environ.get("SPLITWISE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+COLS = [f"{m}_p{p}_s" for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)]
+REF_SECONDS_PER_POINT = 13.0   # reference simulator, one 2-minute design point at 70 req/s
+
+
+def _raw(r):
+    return np.array([r.latency_s[m][p] for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)])
+
+
+def fidelity(method: str) -> None:
+    base = SHARED / "data" / "splitwise-sim"
+    if not (base / "reference_results_calibration.csv").is_file():
+        print(f"[fidelity] skipped: no reference data under {base}")
+        return
+    table = pd.read_csv(base / "reference_results_calibration.csv")
+    sim = Simulator(load_trace(base / "rr_code_70_2min.csv"), method=method)
+    agree, errs, cheapest = 0, [], []
+    t0 = time.perf_counter()
+    for system, g in table.groupby("system", sort=False):
+        res = sim.run_many(system, list(zip(g.n_prompt, g.n_token)))
+        ours_pass = [r.slo_met for r in res]
+        agree += sum(a == bool(b) for a, b in zip(ours_pass, g.all_slos_met))
+        for (_, row), r in zip(g.iterrows(), res):
+            if row.ttft_slowdown_p50 < 10:          # not overloaded
+                errs.append(np.median(np.abs(_raw(r) / row[COLS].to_numpy(float) - 1)))
+        ref_cost = g[g.all_slos_met].cost.min()
+        our_cost = min((r.cost for r in res if r.slo_met), default=float("nan"))
+        cheapest.append((system, ref_cost, our_cost))
+    wall = time.perf_counter() - t0
+    print(f"[fidelity:{method}] pass/fail agreement {agree}/{len(table)} = {agree / len(table):.1%} (target >= 95%)")
+    print(f"[fidelity:{method}] median relative error of the nine raw percentiles, rows not overloaded: "
+          f"{np.median(errs):.1%} (target <= 10%)")
+    for system, rc, oc in cheapest:
+        print(f"[fidelity:{method}] cheapest passing {system}: reference cost {rc:.2f}, ours {oc:.2f} "
+              f"({'same' if abs(rc - oc) < 1e-6 else 'differs'})")
+    print(f"[fidelity:{method}] {len(table)} rows in {wall:.1f} s")
+
+
+def speed() -> None:
+    stream = load_workload("coding").generate(70.0, duration_s=120.0, seed=0)
+    sim = Simulator(stream)
+    grid = [(p, t) for p in range(1, 40) for t in range(1, 40)]
+    batch = grid[::12][:128]
+    c0, t0 = time.process_time(), time.perf_counter()
+    sim.run_many("HH", batch)
+    cpu_ms = (time.process_time() - c0) / len(batch) * 1000
+    print(f"[speed] {len(stream)} requests, batch of {len(batch)} designs: {cpu_ms:.1f} ms CPU per design "
+          f"(target <= 10 ms); reference ~{REF_SECONDS_PER_POINT:.0f} s per point: "
+          f"{REF_SECONDS_PER_POINT * 1000 / cpu_ms:,.0f}x")
+    t0 = time.perf_counter()
+    sim.run_many("HH", grid, jobs=2)
+    wall = time.perf_counter() - t0
+    ref = len(grid) * REF_SECONDS_PER_POINT
+    print(f"[speed] Splitwise-HH 39x39 sweep ({len(grid)} points), 2 workers: {wall:.1f} s wall "
+          f"(target <= 10 s); reference ~{ref / 3600:.1f} CPU-hours: {ref / wall:,.0f}x")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"[speed] peak memory: {peak:.0f} MiB in this process, {child:.0f} MiB in the largest worker "
+          f"(target <= 1024 MiB)")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", action="store_true", help="also measure the discrete-event oracle")
+    args = ap.parse_args()
+    fidelity("fluid")
+    if args.events:
+        fidelity("events")
+    speed()
+    sys.exit(0)

@@ -1,0 +1,152 @@
+"""``splitwise-plan check`` (the CI gate: exit 0/1/2) and ``capacity``, on tiny clusters and short streams."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from splitwise_plan.cli import main
+from splitwise_plan.cli_simulate import find_capacity
+from splitwise_plan.cluster_file import load_cluster
+from splitwise_plan.workloads import load_workload
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = ["--duration", "20", "--method", "events", "--quiet"]
+SMALL = 'design = "HH"\nprompt_machines = 4\ntoken_machines = 2\n'   # holds the SLOs at 5 req/s
+TINY = 'design = "splitwise-hh"\nprompt_machines = 1\ntoken_machines = 1\n'   # fails them at 10 req/s
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_check_passes_exit_0(capsys, write):
+    code, out, err = run(capsys, "check", write("small.toml", SMALL), "--rps", 5, "--headroom", 0.2, *FAST)
+    assert code == 0, out + err
+    assert "PASS" in out and "method events" in out and "6 req/s" in out
+
+
+def test_check_fails_exit_1_naming_each_slo(capsys, write):
+    code, out, err = run(capsys, "check", write("tiny.toml", TINY), "--rps", 10, *FAST)
+    assert code == 1, out + err
+    assert "FAIL" in out and "method events" in out
+    failing = [line for line in out.splitlines() if line.startswith("  - ")]
+    assert failing and all("limit" in line and "margin -" in line for line in failing)
+    assert any(m in out for m in ("TTFT P99", "TBT P99", "E2E P99"))
+
+
+def test_headroom_turns_a_pass_into_a_fail(capsys, write):
+    f = write("small.toml", SMALL)
+    assert run(capsys, "check", f, "--rps", 5, *FAST)[0] == 0
+    assert run(capsys, "check", f, "--rps", 5, "--headroom", 3, *FAST)[0] == 1
+
+
+def test_check_json_report(capsys, write, tmp_path):
+    j = tmp_path / "check.json"
+    code, out, err = run(capsys, "check", write("small.toml", SMALL), "--rps", 5, "--headroom", 0.2, *FAST,
+                         "--json", j)
+    assert code == 0
+    doc = json.loads(j.read_text())
+    assert doc["schema_version"] == 1 and doc["command"] == "check"
+    assert doc["check"]["passed"] is True and doc["check"]["headroom"] == 0.2
+    assert doc["check"]["checked_rps"] == pytest.approx(6.0)
+    assert doc["check"]["cluster"]["design"] == "splitwise-hh" and doc["inputs"]["cluster_file"]
+    assert doc["results"][0]["slo"]["met"] is True
+
+
+def test_check_trace_with_headroom(capsys, write, tmp_path):
+    trace = tmp_path / "t.csv"
+    load_workload("coding").generate(4, duration_s=20, seed=2).to_csv(trace)
+    j = tmp_path / "c.json"
+    code, out, err = run(capsys, "check", write("small.toml", SMALL), "--trace", trace, "--headroom", 0.5,
+                         "--method", "events", "--quiet", "--json", j)
+    assert code in (0, 1), err
+    doc = json.loads(j.read_text())
+    assert doc["check"]["checked_rps"] == pytest.approx(1.5 * doc["check"]["rps"])
+
+
+@pytest.mark.parametrize("text, match", [
+    ("design = \n", "not valid TOML"),
+    ('design = "XX"\nprompt_machines = 1\ntoken_machines = 1\n', "unknown"),
+    ('design = "HH"\nprompt_machines = 1\n', "token_machines"),
+    ('design = "A100"\nprompt_machines = 1\ntoken_machines = 1\n', "baseline"),
+    ('design = "HH"\nprompt_machines = 1\ntoken_machines = 1\nmodel = "gpt-9"\n', "gpt-9"),
+    ('design = "HH"\nprompt_machines = -1\ntoken_machines = 1\n', "at least 1"),
+    ('prompt_machines = 1\ntoken_machines = 1\n', "design"),
+])
+def test_check_bad_cluster_file_exit_2(capsys, write, text, match):
+    code, out, err = run(capsys, "check", write("bad.toml", text), "--rps", 5, *FAST)
+    assert code == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ") and match in err
+
+
+@pytest.mark.parametrize("args", [
+    ["missing.toml", "--rps", 5],
+    ["{small}", "--rps", 0],
+    ["{small}"],                                   # no rate
+    ["{small}", "--rps", 5, "--headroom", -0.1],
+    ["{small}", "--rps", 5, "--workload", "nope"],
+    ["{small}", "--rps", 5, "--json", "/no/such/dir/c.json"],
+])
+def test_check_bad_input_exit_2(capsys, write, args):
+    small = write("small.toml", SMALL)
+    args = [str(small) if a == "{small}" else a for a in args]
+    code, out, err = run(capsys, "check", *args, *FAST)
+    assert code == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+
+
+def test_capacity_brackets_the_limit(capsys, write, tmp_path):
+    f, j = write("small.toml", SMALL), tmp_path / "cap.json"
+    code, out, err = run(capsys, "capacity", f, *FAST, "--json", j)
+    assert code == 0, err
+    cap = json.loads(j.read_text())["capacity"]
+    lo, hi = cap["capacity_rps"], cap["fails_at_rps"]
+    assert 0 < lo < hi <= lo * 1.01 + 1e-9
+    assert f"{lo:.4g} req/s" in out
+    met = {t["rate_rps"]: t["slo_met"] for t in cap["trials"]}
+    assert met[lo] is True and met[hi] is False
+    # check agrees: same seed and duration give the same stream
+    assert run(capsys, "check", f, "--rps", lo, *FAST)[0] == 0
+    assert run(capsys, "check", f, "--rps", hi, *FAST)[0] == 1
+
+
+def test_capacity_bad_input(capsys, write):
+    f = write("small.toml", SMALL)
+    for args in (["--precision", 0], ["--precision", 1.5], ["--duration", -1], ["--trace", "x.csv"]):
+        code, out, err = run(capsys, "capacity", f, *args)
+        assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
+
+
+class _R:
+    def __init__(self, ok):
+        self.slo_met = ok
+
+
+@pytest.mark.parametrize("limit, start", [(37.3, 2.0), (0.9, 50.0), (1234.0, 1.0)])
+def test_find_capacity_bisection(limit, start):
+    cap, fail, trials = find_capacity(lambda r: _R(r <= limit), start=start, precision=0.01,
+                                      min_rate=0.1, max_rate=1e5)
+    assert cap <= limit < fail and (fail - cap) <= 0.01 * cap
+    assert len(trials) < 30
+
+
+def test_find_capacity_edges():
+    cap, fail, _ = find_capacity(lambda r: _R(False), start=4, min_rate=0.5, max_rate=100)
+    assert cap is None and fail == 0.5
+    cap, fail, _ = find_capacity(lambda r: _R(True), start=4, min_rate=0.5, max_rate=100)
+    assert cap == 100 and fail is None
+
+
+def test_examples_ship_a_valid_cluster_and_ci_job():
+    spec = load_cluster(REPO / "examples" / "cluster.toml")
+    assert spec.design.name == "splitwise-hh" and spec.machines == 30
+    ci = (REPO / "examples" / "ci-capacity-check.yml").read_text()
+    assert "splitwise-plan check examples/cluster.toml" in ci and "--headroom" in ci
+    yaml = pytest.importorskip("yaml")
+    job = yaml.safe_load(ci)
+    assert "check" in job["jobs"]

@@ -1,0 +1,189 @@
+"""``splitwise-plan simulate`` and ``sweep``: tables, JSON, CSV, plots and one-line errors.
+
+Short streams (20 s at 5-10 req/s) and the discrete-event method keep these fast.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from splitwise_plan.cli import main
+from splitwise_plan.workloads import load_workload
+
+FAST = ["--duration", "20", "--method", "events", "--quiet"]
+ISSUE3_KEYS = {"design", "model", "prompt_machines", "token_machines", "machines", "requests", "completed",
+               "latency_s", "slowdown", "slo", "cost", "power"}
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code, out, err):
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+
+
+# --- simulate ----------------------------------------------------------------------------------
+
+def test_simulate_table(capsys):
+    code, out, err = run(capsys, "simulate", "--design", "HH", "--prompt", 2, "--token", 1, "--rps", 5, *FAST)
+    assert code == 0, err
+    for word in ("TTFT", "TBT", "E2E", "P50", "P90", "P99", "slowdown", "latency, s", "SLO limit",
+                 "cost", "power", "method events"):
+        assert word in out
+    assert "Traceback" not in err
+
+
+def test_simulate_json_stdout_is_one_object_with_issue3_schema(capsys):
+    code, out, err = run(capsys, "simulate", "--design", "splitwise-HH", "-p", 2, "-t", 1, "--rps", 5, *FAST, "--json")
+    assert code == 0, err
+    doc = json.loads(out)  # nothing else on stdout
+    assert ISSUE3_KEYS <= set(doc)
+    assert doc["design"] == "splitwise-hh" and doc["machines"] == 3
+    for block in ("latency_s", "slowdown"):
+        assert set(doc[block]) == {"ttft", "tbt", "e2e"}
+        for m in doc[block].values():
+            assert {"p50", "p90", "p99"} <= set(m)
+    assert isinstance(doc["slo"]["met"], bool) and isinstance(doc["slo"]["violations"], list)
+
+
+def test_simulate_exit_0_when_slos_fail(capsys):
+    code, out, err = run(capsys, "simulate", "--design", "hh", "-p", 1, "-t", 1, "--rps", 10, *FAST, "--json")
+    assert code == 0
+    assert json.loads(out)["slo"]["met"] is False
+
+
+def test_simulate_json_and_csv_files(capsys, tmp_path):
+    j, c = tmp_path / "r.json", tmp_path / "r.csv"
+    code, out, err = run(capsys, "simulate", "--design", "a100", "--machines", 3, "--rps", 5, *FAST,
+                         "--seed", 3, "--json", j, "--csv", c)
+    assert code == 0, err
+    doc = json.loads(j.read_text())
+    assert doc["schema_version"] == 1 and doc["command"] == "simulate"
+    inputs = doc["inputs"]
+    for key in ("model", "workload", "rate_rps", "duration_s", "seed", "slo_file", "machines_file",
+                "machine_catalog", "method"):
+        assert key in inputs
+    assert inputs["seed"] == 3 and inputs["rate_rps"] == 5 and inputs["workload"] == "coding"
+    assert doc["tool"]["version"]
+    assert len(doc["results"]) == 1 and ISSUE3_KEYS <= set(doc["results"][0])
+    assert doc["results"][0]["design"] == "baseline-a100" and doc["results"][0]["token_machines"] == 0
+    rows = list(csv.DictReader(c.open()))
+    assert len(rows) == 1 and rows[0]["design"] == "baseline-a100"
+    assert "TTFT" in out  # the table is still printed
+
+
+def test_simulate_trace_replay(capsys, tmp_path):
+    trace = tmp_path / "t.csv"
+    load_workload("conversation").generate(5, duration_s=15, seed=1).to_csv(trace)
+    j = tmp_path / "r.json"
+    code, out, err = run(capsys, "simulate", "--design", "HA", "-p", 2, "-t", 1, "--trace", trace,
+                         "--method", "events", "--quiet", "--json", j)
+    assert code == 0, err
+    doc = json.loads(j.read_text())
+    assert doc["inputs"]["trace"] == str(trace) and doc["inputs"]["seed"] is None
+    assert doc["results"][0]["requests"] == doc["inputs"]["requests"] > 0
+
+
+@pytest.mark.parametrize("args", [
+    ["--design", "XX", "-p", 1, "-t", 1, "--rps", 5],                      # unknown design
+    ["--design", "HH", "-p", 1, "--rps", 5],                               # missing token count
+    ["--design", "HH", "--rps", 5],                                        # missing counts
+    ["--design", "A100", "--rps", 5],                                      # baseline without --machines
+    ["--design", "A100", "-p", 2, "-t", 1, "--rps", 5],                    # baseline with pools
+    ["--design", "HH", "--machines", 3, "--rps", 5],                       # Splitwise with --machines
+    ["--design", "HH", "-p", 0, "-t", 1, "--rps", 5],                      # zero machines
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--model", "gpt-9"],  # unknown model
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 0],                      # non-positive rps
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", -5],
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", "abc"],                  # not a number
+    ["--design", "HH", "-p", 1, "-t", 1],                                  # no rate, no trace
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--duration", 0],
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--tp", 3],           # no profile at TP3
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--workload", "nope"],
+    ["--design", "HH", "-p", 1, "-t", 1, "--trace", "missing.csv"],
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--trace", "x.csv"],  # both
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--slo", "missing.toml"],
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--machines-file", "missing.toml"],
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--method", "magic"],
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--json", "/no/such/dir/r.json"],  # unwritable
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--csv", "/no/such/dir/r.csv"],
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--no-such-option"],
+    ["-p", 1, "-t", 1, "--rps", 5],                                        # no design
+])
+def test_simulate_bad_input_is_one_line_exit_2(capsys, args):
+    assert_user_error(*run(capsys, "simulate", "--method", "events", "--duration", 5, *args))
+
+
+def test_output_path_is_a_directory(capsys, tmp_path):
+    assert_user_error(*run(capsys, "simulate", "--design", "HH", "-p", 1, "-t", 1, "--rps", 5, *FAST,
+                           "--csv", tmp_path))
+
+
+# --- sweep -----------------------------------------------------------------------------------------
+
+def test_sweep_csv_json_plot(capsys, tmp_path):
+    c, j, png = tmp_path / "s.csv", tmp_path / "s.json", tmp_path / "s.png"
+    code, out, err = run(capsys, "sweep", "--design", "HH", "--prompt", "1:3", "--token", "1,2", "--rps", 5,
+                         *FAST, "--csv", c, "--json", j, "--plot", png)
+    assert code == 0, err
+    rows = list(csv.DictReader(c.open()))
+    assert len(rows) == 3 * 2
+    assert {(int(r["prompt_machines"]), int(r["token_machines"])) for r in rows} == {
+        (p, t) for p in (1, 2, 3) for t in (1, 2)}
+    for col in ("cost", "power", "slo_met", "ttft_p99_slowdown", "tbt_p50_s", "tightest_ratio"):
+        assert col in rows[0]
+    doc = json.loads(j.read_text())
+    assert doc["schema_version"] == 1 and doc["command"] == "sweep" and len(doc["results"]) == 6
+    assert doc["sweep"]["points"] == 6
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("spec, n", [("2:6:2", 3), ("4", 1), ("1,3,5", 3), ("1:2,5", 3)])
+def test_sweep_range_forms(capsys, tmp_path, spec, n):
+    c = tmp_path / "s.csv"
+    code, out, err = run(capsys, "sweep", "--design", "A100", "--machines", spec, "--rps", 5, *FAST, "--csv", c)
+    assert code == 0, err
+    assert len(list(csv.DictReader(c.open()))) == n
+
+
+@pytest.mark.parametrize("ext", ["svg", "html"])
+def test_sweep_plot_formats(capsys, tmp_path, ext):
+    p = tmp_path / f"s.{ext}"
+    code, out, err = run(capsys, "sweep", "--design", "hh", "-p", "1:2", "-t", "1:2", "--rps", 5, *FAST, "--plot", p)
+    assert code == 0, err
+    text = p.read_text()
+    assert "<svg" in text
+    if ext == "html":
+        assert "<table>" in text
+
+
+def test_sweep_json_stdout(capsys):
+    code, out, err = run(capsys, "sweep", "--design", "HH", "-p", "1:2", "-t", 1, "--rps", 5, *FAST, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert len(doc["results"]) == 2 and doc["schema_version"] == 1
+
+
+@pytest.mark.parametrize("args", [
+    ["--design", "HH", "--prompt", "5:3", "--token", "1"],          # reversed range
+    ["--design", "HH", "--prompt", "1:3:0", "--token", "1"],        # zero step
+    ["--design", "HH", "--prompt", "a:b", "--token", "1"],          # not numbers
+    ["--design", "HH", "--prompt", "1:2:3:4", "--token", "1"],
+    ["--design", "HH", "--prompt", "0:3", "--token", "1"],          # zero machines
+    ["--design", "HH", "--prompt", "1:3"],                          # missing token range
+    ["--design", "A100", "--prompt", "1:3", "--token", "1"],        # baseline with pools
+    ["--design", "nope", "--prompt", "1:3", "--token", "1"],
+    ["--design", "HH", "--prompt", "1:2", "--token", "1", "--plot", "x.pdf"],   # bad plot extension
+    ["--design", "HH", "--prompt", "1:2", "--token", "1", "--plot", "/no/such/dir/x.png"],
+])
+def test_sweep_bad_input(capsys, args):
+    assert_user_error(*run(capsys, "sweep", "--rps", 5, "--method", "events", "--duration", 5, *args))

@@ -1,0 +1,266 @@
+"""Report files (atomic JSON/CSV), plots, cluster files and the progress helper."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import time
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from splitwise_plan import reports
+from splitwise_plan.cluster_file import load_cluster, parse_cluster
+from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.plots import check_plot_path, optimum, write_plot, design_point
+from splitwise_plan.progress import progress
+from splitwise_plan.reports import (SCHEMA_VERSION, atomic_open, atomic_write_text, build_report,
+                                    check_writable, csv_text, write_csv, write_json)
+
+
+def _leftovers(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+# --- atomic writing ------------------------------------------------------------------
+
+def test_atomic_write_creates_file_and_no_temp(tmp_path):
+    p = tmp_path / "r.json"
+    atomic_write_text(p, "hello\n")
+    assert p.read_text() == "hello\n"
+    assert _leftovers(tmp_path) == []
+
+
+def test_failure_mid_write_keeps_old_file_and_removes_temp(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_open(p) as fh:
+            fh.write("half of a new rep")
+            fh.flush()
+            raise RuntimeError("interrupted")
+    assert p.read_text() == "old"
+    assert _leftovers(tmp_path) == []
+
+
+def test_json_dump_failing_mid_write_keeps_old_file(tmp_path, monkeypatch):
+    p = tmp_path / "r.json"
+    p.write_text('{"old": true}')
+
+    def broken_dump(obj, fh, **kw):
+        fh.write('{"results": [')
+        raise KeyboardInterrupt  # e.g. Ctrl-C while writing
+
+    monkeypatch.setattr(reports.json, "dump", broken_dump)
+    with pytest.raises(KeyboardInterrupt):
+        write_json(p, {"a": 1})
+    assert json.loads(p.read_text()) == {"old": True}
+    assert _leftovers(tmp_path) == []
+
+
+def test_os_error_on_replace_is_one_line_user_error(tmp_path, monkeypatch):
+    p = tmp_path / "r.csv"
+    p.write_text("old")
+
+    def fail(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(reports.os, "replace", fail)
+    with pytest.raises(SplitwisePlanError, match="No space left"):
+        write_csv(p, [{"a": 1}])
+    assert p.read_text() == "old"
+    assert _leftovers(tmp_path) == []
+
+
+def test_check_writable_errors(tmp_path):
+    with pytest.raises(SplitwisePlanError, match="does not exist"):
+        check_writable(tmp_path / "nope" / "r.json")
+    with pytest.raises(SplitwisePlanError, match="is a directory"):
+        check_writable(tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SplitwisePlanError, match="not a folder"):
+        check_writable(tmp_path / "file" / "r.json")
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can write read-only folders")
+def test_check_writable_read_only_folder(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(SplitwisePlanError, match="not writable"):
+            check_writable(ro / "r.json")
+    finally:
+        ro.chmod(0o700)
+
+
+def test_json_report_schema_and_strict_values(tmp_path):
+    doc = build_report("simulate", {"model": "bloom-176b", "rate_rps": np.float64(5.0)},
+                       [{"x": float("nan"), "n": np.int64(3), "ok": np.bool_(True)}], extra={"inf": math.inf})
+    p = write_json(tmp_path / "r.json", doc)
+    back = json.loads(p.read_text())
+    assert back["schema_version"] == SCHEMA_VERSION
+    assert back["tool"]["name"] == "splitwise-plan" and back["tool"]["version"]
+    assert back["command"] == "simulate" and back["inputs"]["rate_rps"] == 5.0
+    assert back["results"] == [{"x": None, "n": 3, "ok": True}]
+    assert back["extra"] == {"inf": None}
+    assert "NaN" not in p.read_text()
+
+
+def test_csv_rows_and_columns(tmp_path):
+    text = csv_text([{"a": 1, "b": 0.5}, {"a": 2, "c": "x"}])
+    assert text.splitlines() == ["a,b,c", "1,0.5,", "2,,x"]
+    p = write_csv(tmp_path / "r.csv", [{"a": 1}])
+    assert p.read_text() == "a\n1\n"
+
+
+# --- plots ----------------------------------------------------------------------------
+
+def _sweep_rows():
+    rows = []
+    for p in range(1, 6):
+        for t in range(1, 4):
+            r = 3.0 / p * (1 + 0.5 / t)
+            rows.append({"design": "splitwise-hh", "prompt_machines": p, "token_machines": t,
+                         "cost": 4.76 * (p + t), "power": 44 * p + 30.8 * t, "slo_met": r < 1,
+                         "tightest_ratio": r, "tightest_slo": "ttft_p99"})
+    return rows
+
+
+DESIGNS = [{"design": "baseline-a100", "machines": 40, "cost": 88.4, "power": 992, "throughput": 70},
+           {"design": "splitwise-hh", "prompt_machines": 27, "token_machines": 3, "cost": 142.8,
+            "power": 1320, "throughput_rps": 90}]
+
+
+def test_optimum_is_cheapest_passing_point():
+    best = optimum([design_point(r) for r in _sweep_rows()])
+    assert best["met"]
+    assert best["cost"] == min(r["cost"] for r in _sweep_rows() if r["slo_met"])
+    assert optimum([design_point(dict(r, slo_met=False)) for r in _sweep_rows()]) is None
+
+
+@pytest.mark.parametrize("name", ["map.png", "map.svg", "map.html"])
+def test_design_space_plot_files(tmp_path, name):
+    p = write_plot(tmp_path / name, sweep=_sweep_rows(), title="test sweep")
+    data = p.read_bytes()
+    assert len(data) > 1000
+    if name.endswith(".png"):
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    elif name.endswith(".svg"):
+        assert b"<svg" in data[:500]
+    else:
+        text = data.decode()
+        assert text.startswith("<!DOCTYPE html>") and "<svg" in text and "<table>" in text
+        assert "<?xml" not in text  # the SVG is inlined, not a file reference
+    assert _leftovers(tmp_path) == []
+
+
+def test_comparison_and_combined_plots(tmp_path):
+    png = write_plot(tmp_path / "cmp.png", designs=DESIGNS, normalize_to="baseline-a100")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    both = write_plot(tmp_path / "both.svg", sweep=_sweep_rows(), designs=DESIGNS)
+    assert b"<svg" in both.read_bytes()[:500]
+    page = write_plot(tmp_path / "both.html", sweep=_sweep_rows(), designs=DESIGNS).read_text()
+    assert page.count("<svg") >= 2 and "Designs compared" in page
+
+
+def test_baseline_and_all_failing_sweeps_plot(tmp_path):
+    base = [{"design": "baseline-h100", "prompt_machines": m, "token_machines": 0, "cost": 4.76 * m,
+             "power": 44.0 * m, "slo_met": m > 2, "tightest_ratio": 3.0 / m} for m in range(1, 6)]
+    assert write_plot(tmp_path / "b.png", sweep=base).stat().st_size > 0
+    failing = [dict(r, slo_met=False, tightest_ratio=float("inf")) for r in _sweep_rows()]
+    assert write_plot(tmp_path / "f.png", sweep=failing).stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", ["plot.pdf", "plot", "plot.jpeg"])
+def test_bad_plot_extension(tmp_path, name):
+    with pytest.raises(SplitwisePlanError, match=r"use \.png, \.svg or \.html"):
+        check_plot_path(tmp_path / name)
+
+
+def test_nothing_to_plot(tmp_path):
+    with pytest.raises(SplitwisePlanError, match="nothing to plot"):
+        write_plot(tmp_path / "x.png")
+
+
+# --- cluster files -----------------------------------------------------------------------
+
+def test_cluster_toml_and_yaml(write):
+    spec = load_cluster(write("c.toml", 'name = "prod"\ndesign = "hh"\nprompt_machines = 27\n'
+                                        'token_machines = 3\ntp = 8\ntoken_machine_type = "dgx-a100"\n'))
+    assert (spec.design.name, spec.prompt_machines, spec.token_machines) == ("splitwise-hh", 27, 3)
+    assert spec.design.token_machine == "dgx-a100" and spec.model == "bloom-176b" and spec.name == "prod"
+    base = load_cluster(write("b.toml", 'design = "H100"\nmachines = 40\nmodel = "llama2-70b"\n'))
+    assert base.is_baseline and base.machines == 40 and base.token_machines == 0
+    pytest.importorskip("yaml")
+    y = load_cluster(write("c.yaml", "design: HA\nprompt_machines: 5\ntoken_machines: 2\n"))
+    assert y.design.name == "splitwise-ha" and y.machines == 7
+
+
+@pytest.mark.parametrize("doc, match", [
+    ({}, "missing key design"),
+    ({"design": "XX", "prompt_machines": 1, "token_machines": 1}, "design 'XX' is unknown"),
+    ({"design": "HH", "prompt_machines": 1}, "needs token_machines"),
+    ({"design": "HH", "machines": 4}, "not machines"),
+    ({"design": "A100", "prompt_machines": 3, "token_machines": 1}, "baseline"),
+    ({"design": "A100"}, "needs machines"),
+    ({"design": "HH", "prompt_machines": 0, "token_machines": 1}, "at least 1"),
+    ({"design": "HH", "prompt_machines": 2.5, "token_machines": 1}, "whole number"),
+    ({"design": "HH", "prompt_machines": 1, "token_machines": 1, "model": "gpt9"}, "model 'gpt9' is unknown"),
+    ({"design": "HH", "prompt_machines": 1, "token_machines": 1, "colour": "red"}, "unknown key"),
+    ({"design": "HH", "prompt_machines": 1, "token_machines": 1, "prompt_machine_type": "tpu"}, "not a known machine"),
+    ({"design": "HH", "prompt_machines": 1, "token_machines": 1, "tp": 0}, "at least 1"),
+])
+def test_cluster_file_errors(doc, match):
+    with pytest.raises(SplitwisePlanError, match=match):
+        parse_cluster(doc, "cluster file c.toml")
+
+
+def test_cluster_file_bad_syntax_and_missing(write, tmp_path):
+    with pytest.raises(SplitwisePlanError, match="not valid TOML"):
+        load_cluster(write("bad.toml", "design = \n"))
+    with pytest.raises(SplitwisePlanError, match="not found"):
+        load_cluster(tmp_path / "missing.toml")
+
+
+# --- progress ------------------------------------------------------------------------------
+
+def _console():
+    return Console(file=io.StringIO(), force_terminal=False, width=100)
+
+
+def test_progress_quiet_and_quick_runs_print_nothing():
+    c = _console()
+    with progress(3, "work", quiet=True, delay_s=0.0, console=c) as bar:
+        bar.advance(3)
+    with progress(3, "work", delay_s=30.0, console=c) as bar:
+        bar.advance(3)
+    assert c.file.getvalue() == ""
+    assert bar.completed == 3 and not bar.shown
+
+
+def test_progress_after_delay_is_one_plain_line_when_not_a_terminal():
+    c = _console()
+    with progress(4, "sweeping", delay_s=0.0, console=c) as bar:
+        for _ in range(200):  # wait for the timer thread
+            if bar.shown:
+                break
+            time.sleep(0.01)
+        bar.advance(4)
+    out = c.file.getvalue()
+    assert bar.shown and out.startswith("sweeping: 4/4 done in ") and out.count("\n") == 1
+    assert "\x1b[" not in out  # no colour or cursor codes when not a terminal
+
+
+def test_progress_live_bar_on_a_terminal():
+    c = Console(file=io.StringIO(), force_terminal=True, width=100)
+    with progress(4, "sweeping", delay_s=0.0, console=c) as bar:
+        for _ in range(200):
+            if bar.shown:
+                break
+            time.sleep(0.01)
+        bar.advance(4)
+    assert bar.shown and "sweeping" in c.file.getvalue()
