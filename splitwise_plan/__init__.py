@@ -24,3 +24,9 @@ __all__ = [
     "SLO", "SLOSet", "load_slos", "reference_latencies",
     "Workload", "RequestStream", "load_workload", "load_trace", "workload_names",
 ]
+
+# The planner (issue 4): ``from splitwise_plan import plan`` for notebooks.
+from .budget import parse_budget  # noqa: E402
+from .planner import DesignPlan, PlanRequest, PlanResult, plan, render as render_plan  # noqa: E402
+
+__all__ += ["plan", "PlanRequest", "PlanResult", "DesignPlan", "render_plan", "parse_budget"]

@@ -113,8 +113,9 @@ class CapacityModel:
         base = (p >= 1) & (t >= 1) & ok_mem
         if not self.mixed_pool:
             return base & (scale * P.prompt <= L * p + 1e-12) & (scale * T.decode <= L * t + 1e-12)
-        return base & _split_feasible(scale * P.prompt, scale * P.decode, scale * T.prompt,
-                                      scale * T.decode, L * p, L * t)
+        # scale * work <= capacity  <=>  work <= capacity / scale (scale may be an array)
+        inv = 1.0 / np.maximum(np.asarray(scale, dtype=np.float64), 1e-300)
+        return base & _split_feasible(P.prompt, P.decode, T.prompt, T.decode, L * p * inv, L * t * inv)
 
     def min_token(self, p_values, t_max: int) -> np.ndarray:
         """Smallest feasible token count for each prompt count (t_max + 1 where none is)."""

@@ -60,10 +60,52 @@ def console() -> Console:
 
 
 @app.callback()
-def root(ctx: typer.Context) -> None:
-    """Plan LLM inference clusters with split prompt and token machine pools (Splitwise, ISCA 2024)."""
-    if ctx.invoked_subcommand is None:
+def root(
+    ctx: typer.Context,
+    goal: Optional[str] = typer.Option(
+        None, "--goal", help="min-cost or min-power (at --rps), max-throughput (within --budget-power/--budget-cost)."),
+    rps: Optional[float] = typer.Option(None, "--rps", help="Requests per second to hold (iso-throughput goals)."),
+    budget_power: Optional[str] = typer.Option(
+        None, "--budget-power", help="Power budget: a number or machines, e.g. 40xH100 (max-throughput)."),
+    budget_cost: Optional[str] = typer.Option(
+        None, "--budget-cost", help="Cost budget: a number or machines, e.g. 40xH100 (max-throughput)."),
+    model: str = typer.Option("bloom-176b", "--model", help="Model name as in the profiles."),
+    workload: str = typer.Option("coding", "--workload", help="coding, conversation or an Azure-format CSV."),
+    trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help="Replay this trace exactly."),
+    slo: Optional[Path] = typer.Option(None, "--slo", "--slos", metavar="FILE", help="SLO TOML file (default: the paper's)."),
+    machines_file: Optional[Path] = typer.Option(None, "--machines-file", metavar="FILE", help="Machine TOML file."),
+    profiles: Optional[Path] = typer.Option(None, "--profiles", metavar="FILE", help="Profile CSV."),
+    designs: str = typer.Option("AA,HH,HA,HHcap,A100,H100", "--designs", help="Comma list of designs."),
+    duration: float = typer.Option(120.0, "--duration", help="Seconds of generated requests."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the request stream."),
+    seeds: int = typer.Option(1, "--seeds", help="Confirm over this many streams (seed..seed+K-1); report the worst."),
+    jobs: int = typer.Option(0, "--jobs", help="Parallel workers (0: all cores)."),
+    tp: int = typer.Option(8, "--tp", help="Tensor parallelism of the model on a machine."),
+    strategy: str = typer.Option("frontier", "--strategy", help="Search: frontier, optuna or exhaustive."),
+    search_method: str = typer.Option("auto", "--search-method", help="Search simulator: auto, fluid or events."),
+    confirm_method: str = typer.Option("events", "--confirm-method", help="Confirming simulator: events or fluid."),
+    margin: float = typer.Option(0.0, "--margin", help="Search for tightest SLO ratio below 1 - margin."),
+) -> None:
+    """Plan LLM inference clusters with split prompt and token machine pools (Splitwise, ISCA 2024).
+
+    With no command: plan, e.g. `splitwise-plan --goal min-cost --rps 70`.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if goal is None and rps is None and budget_power is None and budget_cost is None and trace is None:
         typer.echo(ctx.get_help())
+        return
+    from .planner import PlanRequest, plan, render
+
+    if goal is None:
+        goal = "max-throughput" if (budget_power or budget_cost) else "min-cost"
+    req = PlanRequest(
+        goal=goal, rps=rps, budget_power=budget_power, budget_cost=budget_cost, model=model, workload=workload,
+        trace=str(trace) if trace else None, slos=str(slo) if slo else None,
+        machines_file=str(machines_file) if machines_file else None, profiles=str(profiles) if profiles else None,
+        designs=designs, duration=duration, seed=seed, seeds=seeds, jobs=jobs, tp=tp, strategy=strategy,
+        search_method=search_method, confirm_method=confirm_method, margin=margin)
+    render(plan(req), console())
 
 
 @app.command("version")

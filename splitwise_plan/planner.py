@@ -493,33 +493,65 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         else:
             hi_k = mid
     confirm = _Confirmer(inputs, req, method)
-    tried: list = []
-    while lo_k > 0 and len(tried) < req.max_confirm:
-        rate = lo_k * tol
+
+    def best_at(k: int):
+        """The passing budget point with the most headroom at rate k * tol (search method), or None."""
+        nonlocal evals
+        rate = k * tol
         if rate not in cache:
             check(rate)
-        ev, passing, cand = cache[rate]
+        ev, _, cand = cache[rate]
         rest = [p for p in cand if p not in ev.cache]
-        if rest:   # see every passing point at the final rate to pick the one with most headroom
+        if rest:   # see every candidate at this rate to pick the one with most headroom
             ev(rest)
             evals += len(rest)
-        passing = [p for p in cand if ev.ok(ev.cache[p]) and (rate, p) not in tried]
-        passing.sort(key=lambda p: float(ev.cache[p].tightest.get("ratio", math.inf)))
-        for pt in passing:
-            ok, worst, _ = confirm(d.name, pt, rate, ev.cache[pt])
-            if ok:
-                return DesignPlan(status="ok", prompt=pt[0], token=pt[1], cost=worst.cost, power=worst.power,
-                                  rate=float(rate), result=worst, bound=r_hi, evaluations=evals,
-                                  confirmations=confirm.runs, candidates=len(pts),
-                                  seconds=time.perf_counter() - t0,
-                                  note=f"{len(tried)} candidates failed confirmation" if tried else "", **base)
-            tried.append((rate, pt))
-            if len(tried) >= req.max_confirm:
-                break
-        lo_k -= 1
-    return DesignPlan(status="unconfirmed" if tried else "infeasible", bound=r_hi, evaluations=evals,
+        passing = sorted((p for p in cand if ev.ok(ev.cache[p])), key=lambda p: _ratio(ev.cache[p]))
+        return (passing[0], ev.cache[passing[0]]) if passing else (None, None)
+
+    # The confirm simulator may hold less than the search simulator: gallop down from the
+    # search's rate until a confirmation passes, then bisect up between the two.
+    attempts, step = 0, 1
+    good = None                 # (k, point, worst result)
+    bad_k = lo_k + 1 if lo_k > 0 else 0
+    k = lo_k
+    rejected: list = []
+    while k > 0 and attempts < req.max_confirm:
+        pt, res = best_at(k)
+        if pt is None:
+            bad_k, k = k, k - 1
+            continue
+        ok, worst, _ = confirm(d.name, pt, k * tol, res)
+        attempts += 1
+        if ok:
+            good = (k, pt, worst)
+            break
+        rejected.append(f"{k * tol:g} req/s {pt[0]}+{pt[1]}")
+        bad_k = k
+        k = max(0, lo_k - step)
+        step *= 2
+    while good is not None and bad_k - good[0] > 1 and attempts < req.max_confirm:
+        k = (good[0] + bad_k) // 2
+        pt, res = best_at(k)
+        if pt is None:
+            bad_k = k
+            continue
+        ok, worst, _ = confirm(d.name, pt, k * tol, res)
+        attempts += 1
+        if ok:
+            good = (k, pt, worst)
+        else:
+            rejected.append(f"{k * tol:g} req/s {pt[0]}+{pt[1]}")
+            bad_k = k
+    if good is not None:
+        k, pt, worst = good
+        note = f"search rate {lo_k * tol:g} req/s; confirmation rejected {', '.join(rejected)}" if rejected else ""
+        return DesignPlan(status="ok", prompt=pt[0], token=pt[1], cost=worst.cost, power=worst.power,
+                          rate=float(k * tol), result=worst, bound=r_hi, evaluations=evals,
+                          confirmations=confirm.runs, candidates=len(pts), seconds=time.perf_counter() - t0,
+                          note=note, **base)
+    return DesignPlan(status="unconfirmed" if rejected else "infeasible", bound=r_hi, evaluations=evals,
                       confirmations=confirm.runs, candidates=len(pts), seconds=time.perf_counter() - t0,
-                      note=(f"no confirmed rate >= {tol:g} req/s within the budget" if tried else
+                      note=(f"no confirmed rate within the budget; rejected {', '.join(rejected)}" if rejected else
                             f"holds no rate >= {tol:g} req/s within the budget"), **base)
 
 
@@ -638,7 +670,7 @@ def render(result: PlanResult, console=None) -> None:
         cols.append("req/s")
     cols += ["cost", "power"] + [f"{m.upper()} P{p}" for m, p in SLO_COLUMNS] + ["headroom", "sims"]
     for c in cols:
-        table.add_column(c, justify="left" if c == "design" else "right")
+        table.add_column(c, justify="left" if c == "design" else "right", no_wrap=(c == "design"))
     for i, dp in enumerate(result.designs, 1):
         sims = f"{dp.evaluations}+{dp.confirmations}"
         if dp.status == "infeasible" or dp.result is None:

@@ -1,0 +1,98 @@
+"""The capacity model and its PuLP ILP: safe lower bounds, consistent with each other."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from splitwise_plan.budget import parse_budget
+from splitwise_plan.capacity import capacity_model, default_max_load
+from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.machines import load_machines
+from splitwise_plan.simulator import Simulator
+from splitwise_plan.workloads import load_workload
+
+
+@pytest.fixture(scope="module")
+def sim70():
+    return Simulator(load_workload("coding").generate(70, 30, 0), method="events")
+
+
+def test_work_scales_with_the_machine(sim70):
+    hh, aa = capacity_model(sim70, "HH"), capacity_model(sim70, "AA")
+    # H100 prompts are faster than A100 ones; the memory per machine is the same
+    assert hh.prompt_side.prompt < aa.prompt_side.prompt
+    assert hh.prompt_side.mem_free == aa.prompt_side.mem_free > 0
+    assert hh.max_load == pytest.approx(default_max_load(30))
+
+
+def test_feasibility_is_monotone(sim70):
+    cm = capacity_model(sim70, "HA")
+    p, t = np.meshgrid(np.arange(1, 40), np.arange(1, 40), indexing="ij")
+    ok = cm.feasible(p, t)
+    assert ok.any() and not ok.all()
+    # more machines of either pool never make a feasible design infeasible
+    assert np.all(ok[1:, :] >= ok[:-1, :])
+    assert np.all(ok[:, 1:] >= ok[:, :-1])
+
+
+def test_small_token_pools_survive_through_the_mixed_pool(sim70):
+    # the reference passes Splitwise-HH 28+1 at 70 req/s: prompt machines take token work
+    cm = capacity_model(sim70, "HH")
+    assert cm.feasible(28, 1)
+    assert cm.min_token(np.array([28, 29]), 39).tolist() == [1, 1]
+
+
+def test_without_mixed_pool_each_pool_must_carry_its_phase(sim70):
+    from dataclasses import replace
+    cm = capacity_model(sim70, "HH")
+    strict = replace(cm, mixed_pool=False)
+    assert not strict.feasible(5, 30)      # 5 prompt machines cannot do the prompt work alone
+    assert cm.feasible(5, 30)              # but may borrow token machines
+
+
+def test_ilp_bound_matches_the_vectorized_check(sim70):
+    for name in ("HH", "HA", "H100"):
+        cm = capacity_model(sim70, name)
+        pmax, tmax = (39, 39) if name != "H100" else (79, 0)
+        bound = cm.ilp_bound("cost", p_max=pmax, t_max=tmax or None)
+        assert bound.feasible
+        up, ut = cm.unit("cost")
+        ps = np.arange(1, pmax + 1)
+        tmin = cm.min_token(ps, tmax)
+        costs = [up * p + ut * t for p, t in zip(ps, tmin) if t <= tmax]
+        assert bound.value == pytest.approx(min(costs), rel=1e-9)
+
+
+def test_ilp_rate_bound_within_a_budget(sim70):
+    cm = capacity_model(sim70, "HH")
+    budget = parse_budget("40xH100", "power")
+    b = cm.ilp_bound("power", p_max=40, t_max=39, budget=("power", budget), maximize_scale=True)
+    assert b.feasible and b.scale > 1.0
+    assert 44 * (b.prompt + b.token) <= budget + 1e-9
+    # the point it returns carries that multiple of the stream and no more
+    assert cm.feasible(b.prompt, b.token, b.scale * 0.999)
+    assert not cm.feasible(b.prompt, b.token, b.scale * 1.01)
+    assert float(cm.max_scale(b.prompt, b.token)) == pytest.approx(b.scale, rel=1e-3)
+
+
+def test_weights_that_do_not_fit_are_a_user_error(write):
+    path = write("m.toml", "[machines.dgx-a100]\nhbm_gib_per_gpu = 16\n")
+    sim = Simulator(load_workload("coding").generate(5, 5, 0), machines=load_machines(path), method="events")
+    with pytest.raises(SplitwisePlanError, match="do not fit"):
+        capacity_model(sim, "AA")
+
+
+@pytest.mark.parametrize("spec,kind,value", [
+    ("40xH100", "power", 40 * 44.0), ("40xH100", "cost", 40 * 4.76), ("1760", "power", 1760.0),
+    (123.5, "cost", 123.5), ("20xH100+10xA100", "power", 20 * 44.0 + 10 * 24.8),
+    ("10 x dgx-h100-cap", "power", 308.0), ("2xh100cap", "cost", 9.52),
+])
+def test_parse_budget(spec, kind, value):
+    assert parse_budget(spec, kind) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("spec", ["", "-5", "0", "40xB200", "forty", "nan", "40x"])
+def test_bad_budgets(spec):
+    with pytest.raises(SplitwisePlanError):
+        parse_budget(spec, "power")
