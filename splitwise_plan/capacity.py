@@ -158,9 +158,9 @@ class CapacityModel:
         L = self.max_load
         P, T = self.prompt_side, self.token_side
         prob = pulp.LpProblem("capacity", pulp.LpMaximize if maximize_scale else pulp.LpMinimize)
-        p = pulp.LpVariable("p", lowBound=1, upBound=p_max, cat="Integer")
-        t = None if base else pulp.LpVariable("t", lowBound=1, upBound=t_max, cat="Integer")
-        s = pulp.LpVariable("s", lowBound=0) if maximize_scale else 1.0
+        p = _var(prob, "p", 1, p_max, "Integer")
+        t = None if base else _var(prob, "t", 1, t_max, "Integer")
+        s = _var(prob, "s", 0) if maximize_scale else 1.0
         up, ut = self.unit(objective)
         value = up * p + (ut * t if t is not None else 0)
         if maximize_scale:
@@ -177,8 +177,8 @@ class CapacityModel:
             prob += P.mem_free * L * p >= self.kv_byte_s * s
         else:
             # x = s*f and y = s*g keep the constraints linear when s is a variable.
-            x = pulp.LpVariable("x", lowBound=0)
-            y = pulp.LpVariable("y", lowBound=0)
+            x = _var(prob, "x", 0)
+            y = _var(prob, "y", 0)
             prob += x <= s
             prob += y <= s
             if not self.mixed_pool:
@@ -187,7 +187,7 @@ class CapacityModel:
             prob += P.prompt * x + P.decode * (s - y) <= L * p
             prob += T.prompt * (s - x) + T.decode * y <= L * t
             prob += (P.mem_free * p + T.mem_free * t) * L >= self.kv_byte_s * s
-        status = prob.solve(pulp.PULP_CBC_CMD(msg=False))
+        status = prob.solve(_solver())
         if pulp.LpStatus[status] != "Optimal":
             return ILPBound(feasible=False, objective=objective, value=math.inf, prompt=0, token=0,
                             scale=0.0, status=pulp.LpStatus[status])
@@ -196,6 +196,29 @@ class CapacityModel:
         sv = float(s.value()) if maximize_scale else 1.0
         return ILPBound(feasible=True, objective=objective, value=up * pv + ut * tv, prompt=pv, token=tv,
                         scale=sv, status="Optimal")
+
+
+def _var(prob, name: str, low=None, up=None, cat: str = "Continuous"):
+    """A PuLP variable attached to ``prob`` (PuLP >= 3.3 API when present)."""
+    import pulp
+
+    if hasattr(prob, "add_variable"):
+        return prob.add_variable(name, low, up, cat=cat)
+    return pulp.LpVariable(name, lowBound=low, upBound=up, cat=cat)
+
+
+def _solver():
+    """CBC through PuLP: a system ``cbc`` (COIN_CMD) when present, else the one bundled with PuLP."""
+    import warnings
+
+    import pulp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        coin = pulp.COIN_CMD(msg=False)
+        if coin.available():
+            return coin
+        return pulp.PULP_CBC_CMD(msg=False)
 
 
 @dataclass(frozen=True)

@@ -668,7 +668,7 @@ def render(result: PlanResult, console=None) -> None:
     cols = ["#", "design", "prompt", "token"]
     if req.goal == "max-throughput":
         cols.append("req/s")
-    cols += ["cost", "power"] + [f"{m.upper()} P{p}" for m, p in SLO_COLUMNS] + ["headroom", "sims"]
+    cols += ["cost", "power"] + [f"{m.upper()}\nP{p}" for m, p in SLO_COLUMNS] + ["head-\nroom", "sims"]
     for c in cols:
         table.add_column(c, justify="left" if c == "design" else "right", no_wrap=(c == "design"))
     for i, dp in enumerate(result.designs, 1):

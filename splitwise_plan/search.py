@@ -253,9 +253,9 @@ def optuna_search(evaluate: Evaluator, space: Space, *, n_trials: int = 24, batc
 
     t0 = time.perf_counter()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(
-        seed=seed, n_startup_trials=min(8, n_trials), constant_liar=True,
-        constraints_func=lambda tr: tr.user_attrs.get("constraint", (1.0,)))
+    new_api = hasattr(optuna.trial.Trial, "set_constraint")   # Optuna >= 5
+    kw = {} if new_api else {"constraints_func": lambda tr: tr.user_attrs.get("constraint", (1.0,))}
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(8, n_trials), constant_liar=True, **kw)
     study = optuna.create_study(direction="minimize", sampler=sampler, storage=storage,
                                 study_name=study_name, load_if_exists=study_name is not None)
     lower = space.lower()
@@ -282,7 +282,10 @@ def optuna_search(evaluate: Evaluator, space: Space, *, n_trials: int = 24, batc
                 c = (ratio - 1.0 if ok else max(ratio - 1.0, 1e-9)) if math.isfinite(ratio) else 1e9
             else:
                 c = 1e9  # pruned by the capacity model: not simulated
-            tr.set_user_attr("constraint", (c,))
+            if new_api:
+                tr.set_constraint("slo", float(c))
+            else:
+                tr.set_user_attr("constraint", (c,))
             study.tell(tr, float(space.key(*pt)[0]))
         done += len(trials)
     explored = evaluate.evaluations

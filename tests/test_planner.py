@@ -1,0 +1,140 @@
+"""The planner: goals, confirmation, ranking, gains, the API and the CLI root command (short streams)."""
+
+from __future__ import annotations
+
+import pytest
+
+from splitwise_plan import PlanRequest, plan
+from splitwise_plan.cli import main
+from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.planner import budget_points, gain_text, DesignPlan, Inputs
+
+SMALL = dict(rps=10, duration=20, designs="HH,H100", jobs=1,
+             limits=(("HH", 10, 6), ("H100", 20, 0)), search_method="fluid")
+
+
+@pytest.fixture(scope="module")
+def min_cost():
+    return plan(goal="min-cost", **SMALL)
+
+
+def test_min_cost_plans_every_design(min_cost):
+    assert {d.short for d in min_cost.designs} == {"HH", "H100"}
+    for d in min_cost.designs:
+        assert d.status == "ok", d.note
+        assert d.result is not None and d.result.slo_met
+        assert d.result.method == "events"             # confirmed by the oracle
+        assert d.confirmations >= 1
+        assert 0 <= d.headroom < 1
+        assert d.evaluations < d.grid_size
+    hh, h100 = min_cost.get("HH"), min_cost.get("H100")
+    assert hh.cost == pytest.approx(hh.prompt * 4.76 + hh.token * 4.76)
+    assert min_cost.winner == min(min_cost.designs, key=lambda d: d.cost).design
+    assert min_cost.designs[0].design == min_cost.winner   # ranked by the goal
+
+
+def test_min_cost_equals_the_exhaustive_grid():
+    kw = dict(SMALL, confirm_method="fluid")
+    fast = plan(goal="min-cost", **kw)
+    full = plan(goal="min-cost", strategy="exhaustive", **kw)
+    for a in fast.designs:
+        b = full.get(a.design)
+        assert (a.prompt, a.token) == (b.prompt, b.token)
+        assert a.evaluations < b.evaluations
+
+
+def test_min_power_and_gains_text():
+    res = plan(goal="min-power", **dict(SMALL, confirm_method="fluid"))
+    assert res.winner is not None
+    w = res.get(res.winner)
+    assert w.power == min(d.power for d in res.designs if d.status == "ok")
+    if res.winner != "baseline-h100":
+        assert any("baseline-h100" in g and "lower power" in g for g in res.gains)
+
+
+def test_gain_text_in_the_papers_terms():
+    w = DesignPlan("splitwise-aa", "AA", "ok", cost=80.0, power=100.0, rate=140.0)
+    b = DesignPlan("baseline-h100", "H100", "ok", cost=100.0, power=100.0, rate=100.0)
+    assert gain_text(w, b, "max-throughput") == (
+        "splitwise-aa vs baseline-h100: 1.40x throughput at 20% lower cost and the same power")
+    assert gain_text(w, b, "min-cost").startswith("splitwise-aa vs baseline-h100: same throughput at 20% lower cost")
+
+
+def test_max_throughput_within_a_power_budget():
+    res = plan(goal="max-throughput", budget_power="6xH100", designs="HH,H100", duration=10, jobs=1,
+               rate_tol=2.0, search_method="fluid")
+    for d in res.designs:
+        assert d.status == "ok", d.note
+        assert d.rate > 0
+        assert d.power <= 6 * 44.0 + 1e-9
+    assert res.winner == max(res.designs, key=lambda d: d.rate).design
+
+
+def test_budget_points_are_the_maximal_designs():
+    inp = Inputs.load(PlanRequest(goal="min-cost", rps=1, designs="HH,HA"))
+    from splitwise_plan.designs import get_design
+    pts = budget_points(inp, get_design("HH"), "power", 40 * 44.0, 40, 39)
+    assert pts == [(p, 40 - p) for p in range(1, 40)]
+    ha = budget_points(inp, get_design("HA"), "cost", 10 * 4.76, 10, 21)
+    assert all(4.76 * p + 2.21 * t <= 47.6 + 1e-9 for p, t in ha)
+    assert all(4.76 * p + 2.21 * (t + 1) > 47.6 for p, t in ha)      # no room for one more token machine
+
+
+def test_seeds_confirm_over_several_streams():
+    res = plan(goal="min-cost", **dict(SMALL, designs="H100", seeds=2))
+    d = res.get("H100")
+    assert d.status == "ok" and d.confirmations >= 2
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(goal="fastest", rps=1), "goal"),
+    (dict(goal="min-cost"), "needs --rps"),
+    (dict(goal="min-cost", rps=-1), "--rps"),
+    (dict(goal="min-cost", rps=1, budget_power="40xH100"), "budget"),
+    (dict(goal="max-throughput"), "exactly one"),
+    (dict(goal="max-throughput", budget_power=1, budget_cost=1), "exactly one"),
+    (dict(goal="min-cost", rps=1, designs="HH,ZZ"), "unknown"),
+    (dict(goal="min-cost", rps=1, seeds=0), "--seeds"),
+    (dict(goal="min-cost", rps=1, duration=0), "--duration"),
+    (dict(goal="min-cost", rps=1, strategy="random"), "strategy"),
+    (dict(goal="min-cost", rps=1, confirm_method="magic"), "confirm"),
+])
+def test_bad_requests(kw, msg):
+    with pytest.raises(SplitwisePlanError, match=msg):
+        PlanRequest(**kw)
+
+
+def test_bad_inputs_are_caught_before_any_work(write):
+    with pytest.raises(SplitwisePlanError):
+        plan(goal="min-cost", rps=1, model="gpt-5")
+    with pytest.raises(SplitwisePlanError):
+        plan(goal="max-throughput", budget_power="40xTPU", designs="HH")
+    with pytest.raises(SplitwisePlanError):
+        plan(goal="min-cost", rps=1, slos=str(write("bad.toml", "[ttft]\np50 = -1\n")))
+
+
+def test_cli_root_plans(capsys):
+    code = main(["--goal", "min-cost", "--rps", "10", "--duration", "15", "--designs", "H100", "--jobs", "1"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Winner (lowest cost): baseline-h100" in out
+    assert "TTFT" in out and "P99" in out
+
+
+@pytest.mark.parametrize("args", [
+    ["--goal", "min-cost"],
+    ["--goal", "nope", "--rps", "10"],
+    ["--rps", "0"],
+    ["--goal", "max-throughput", "--budget-power", "lots"],
+    ["--rps", "10", "--designs", "XX"],
+    ["--rps", "10", "--trace", "/nonexistent/trace.csv"],
+])
+def test_cli_root_bad_input_exits_2(args, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_cli_without_arguments_prints_help(capsys):
+    assert main([]) == 0
+    assert "--goal" in capsys.readouterr().out

@@ -1,0 +1,121 @@
+"""The search strategies find the exhaustive grid's optimum in far fewer simulations."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from splitwise_plan.capacity import capacity_model
+from splitwise_plan.search import Evaluator, Space, exhaustive_search, frontier_search, optuna_search, search
+from splitwise_plan.simulator import Simulator
+from splitwise_plan.workloads import load_workload
+from splitwise_plan.errors import SplitwisePlanError
+
+
+def oracle(passes):
+    """A fake simulator: pass/fail from a function, tightest ratio 0.5 or 2."""
+    def run(points):
+        return [SimpleNamespace(slo_met=bool(passes(p, t)), tightest={"ratio": 0.5 if passes(p, t) else 2.0})
+                for p, t in points]
+    return run
+
+
+def cost_key(cp, ct):
+    return lambda p, t: (round(cp * p + ct * t, 9), p + t, p)
+
+
+SHAPES = {
+    "HH-like": (lambda p, t: p >= 24 and t >= max(1, 29 - p), (1, 39), (1, 39), 4.76, 4.76),
+    "steep": (lambda p, t: p >= 20 and t >= 3 + max(0, 30 - p) * 2, (1, 39), (1, 39), 4.76, 4.76),
+    "HA-like": (lambda p, t: p >= 25 and t >= max(4, 35 - p), (1, 39), (1, 69), 4.76, 2.21),
+    "none": (lambda p, t: False, (1, 12), (1, 9), 1.0, 1.0),
+    "all": (lambda p, t: True, (1, 12), (1, 9), 1.0, 1.0),
+    "baseline": (lambda p, t: p >= 120, (1, 139), (0, 0), 2.21, 0.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+@pytest.mark.parametrize("batch", [1, 8, 128])
+def test_frontier_equals_exhaustive(name, batch):
+    passes, pr, tr, cp, ct = SHAPES[name]
+    space = Space(pr, tr, cost_key(cp, ct))
+    full = exhaustive_search(Evaluator(run=oracle(passes)), space)
+    ev = Evaluator(run=oracle(passes))
+    fr = frontier_search(ev, space, batch=batch)
+    assert fr.best == full.best
+    if name != "none" and batch <= 8:
+        assert fr.evaluations < space.size / 4
+    assert fr.evaluations == ev.evaluations == len(ev.cache)
+
+
+def test_frontier_on_random_monotone_sets():
+    rng = np.random.default_rng(1)
+    for trial in range(40):
+        P, T = int(rng.integers(3, 25)), int(rng.integers(1, 25))
+        # a random staircase: t*(p) non-increasing, inf below some p
+        steps = np.sort(rng.integers(1, T + 3, size=P))[::-1]
+        pmin = int(rng.integers(1, P + 1))
+        passes = lambda p, t, s=steps, m=pmin: p >= m and t >= s[p - 1]  # noqa: E731
+        cp, ct = float(rng.uniform(1, 5)), float(rng.uniform(1, 5))
+        space = Space((1, P), (1, T), cost_key(cp, ct))
+        want = exhaustive_search(Evaluator(run=oracle(passes)), space).best
+        for batch in (1, 3, 64):
+            assert frontier_search(Evaluator(run=oracle(passes)), space, batch=batch).best == want
+
+
+def test_capacity_bound_prunes_without_losing_the_optimum():
+    passes, pr, tr, cp, ct = SHAPES["HH-like"]
+    tmin = np.array([max(1, 21 - p) for p in range(pr[0], pr[1] + 1)])
+    pruned = Space(pr, tr, cost_key(cp, ct), t_min=tmin)
+    plain = Space(pr, tr, cost_key(cp, ct))
+    a = frontier_search(Evaluator(run=oracle(passes)), pruned, batch=8)
+    b = frontier_search(Evaluator(run=oracle(passes)), plain, batch=8)
+    assert a.best == b.best == (24, 5)
+    assert pruned.candidates() < plain.size
+    assert a.evaluations <= b.evaluations
+
+
+def test_excluded_points_count_as_failures():
+    passes, pr, tr, cp, ct = SHAPES["HH-like"]
+    space = Space(pr, tr, cost_key(cp, ct))
+    ev = Evaluator(run=oracle(passes))
+    first = frontier_search(ev, space, batch=8)
+    again = frontier_search(ev, space, batch=8, exclude=[first.best])
+    assert first.best == (24, 5)
+    assert again.best == (25, 4)      # the next point at the same cost
+
+
+def test_optuna_strategy_certifies_the_same_optimum():
+    passes, pr, tr, cp, ct = SHAPES["HA-like"]
+    space = Space(pr, tr, cost_key(cp, ct))
+    want = exhaustive_search(Evaluator(run=oracle(passes)), space).best
+    res = optuna_search(Evaluator(run=oracle(passes)), space, n_trials=16, batch=8, seed=0)
+    assert res.best == want
+    assert res.evaluations < space.size / 4
+    assert res.strategy.startswith("optuna")
+
+
+def test_unknown_strategy():
+    with pytest.raises(SplitwisePlanError):
+        search(Evaluator(run=oracle(lambda p, t: True)), Space((1, 2), (1, 2), cost_key(1, 1)), "annealing")
+
+
+@pytest.mark.parametrize("design", ["HH", "H100"])
+def test_real_simulator_small_grid(design):
+    """With the simulator itself: the frontier walk returns the exhaustive optimum."""
+    stream = load_workload("coding").generate(12, 20, 0)
+    sim = Simulator(stream, method="fluid")
+    if design == "H100":
+        space = Space((1, 16), (0, 0), cost_key(4.76, 0))
+    else:
+        cm = capacity_model(sim, design)
+        ps = np.arange(1, 9)
+        space = Space((1, 8), (1, 5), cost_key(4.76, 4.76), t_min=cm.min_token(ps, 5))
+    full = exhaustive_search(Evaluator(sim, design, "fluid"), space)
+    ev = Evaluator(sim, design, "fluid")
+    fr = frontier_search(ev, space, batch=8)
+    assert full.best is not None
+    assert fr.best == full.best
+    assert fr.evaluations < full.evaluations
