@@ -38,6 +38,15 @@ REFERENCE_GRID = {"splitwise-aa": (69, 69), "splitwise-hh": (39, 39), "splitwise
 REFERENCE_RATE = 70.0
 
 
+def default_batch(method: str, design: Design) -> int:
+    """Points per search round: the fluid simulator pays ~0.7 s per call plus ~10 ms (Splitwise) or
+    ~50 ms (baseline) per point at 70 req/s x 120 s, so it gets mid-size batches; the events
+    oracle pays per point, so it gets small ones."""
+    if method != "fluid":
+        return 4
+    return 8 if design.is_baseline else 16
+
+
 def fluid_available() -> bool:
     """True when the fast fluid simulator (``splitwise_plan.fluid``) is importable."""
     try:
@@ -70,7 +79,7 @@ class PlanRequest:
     search_method: str = "auto"        # auto: fluid when available, else events
     confirm_method: str = "events"
     strategy: str = "frontier"
-    batch: int | None = None           # points per search round (default 8 fluid, 4 events)
+    batch: int | None = None           # points per search round (default: see default_batch)
     rate_tol: float = 0.5              # max-throughput: rate resolution, req/s
     limits: tuple = ()                 # ((design, prompt max, token max), ...) overriding the grid
     margin: float = 0.0                # the search asks the tightest SLO ratio to stay below 1 - margin
@@ -374,7 +383,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
     space = Space((1, p_max), (0, 0) if d.is_baseline else (1, t_max), key,
                   t_min=cm.min_token(ps, t_max if not d.is_baseline else 0))
     bound = cm.ilp_bound(req.objective, p_max=p_max, t_max=None if d.is_baseline else t_max)
-    batch = req.batch or (128 if method == "fluid" else 4)
+    batch = req.batch or default_batch(method, d)
     jobs = max(1, req.jobs if req.jobs > 0 else 1)
     ev = Evaluator(sim, d.name, method, jobs=jobs, threshold=1.0 - req.margin)
     confirm = _Confirmer(inputs, req, method)
@@ -454,7 +463,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
     ilp = cm0.ilp_bound(kind, p_max=p_max, t_max=None if d.is_baseline else t_max,
                         budget=(kind, budget), maximize_scale=True)
     r_hi = ilp.scale * sim0.stream.rate * cm0.max_load if ilp.feasible else 0.0
-    batch = req.batch or (128 if method == "fluid" else 4)
+    batch = req.batch or default_batch(method, d)
     tol = req.rate_tol
     evals = 0
     threshold = 1.0 - req.margin
