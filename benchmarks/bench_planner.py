@@ -6,7 +6,7 @@
 
 The reference simulator answers the same question by sweeping every design's grid
 (Splitwise-HH 39x39, -AA 69x69, -HA 39x69, -HHcap 39x39, Baseline-A100 1..139,
-Baseline-H100 1..79: 10,712 design points) at about 10 s a point (the mean wall
+Baseline-H100 1..79: 10,712 design points) at about 10 s a point (the median wall
 time of its calibration runs, read from ../shared when present).
 """
 
@@ -31,7 +31,7 @@ def reference_seconds_per_point() -> tuple[float, str]:
     if path.exists():
         import pandas as pd
         s = pd.read_csv(path)["sim_wall_s"]
-        return float(s.mean()), f"mean sim_wall_s of {len(s)} reference runs ({path.name})"
+        return float(s.median()), f"median sim_wall_s of {len(s)} reference runs ({path.name})"
     return 10.0, "about 10 s a point (the issue's figure; reference data not found)"
 
 

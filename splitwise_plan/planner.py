@@ -408,6 +408,30 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
         if ok:
             p, t = sr.best
             note = f"rejected by confirmation: {', '.join(rejected)}" if rejected else ""
+            if d.is_baseline and req.confirm_method != method:
+                # One pool: the confirm simulator may hold with fewer machines than the search's;
+                # gallop down, then bisect, so the answer is the confirm simulator's optimum.
+                p_lb = int(np.argmax(space.lower() == 0)) + 1    # the capacity model's lower bound
+                lo_p = max([p_lb - 1] + [q for q, _ in excluded if q < p])   # known to fail at or below
+                step, refined = 1, p
+                while refined - lo_p > 1:
+                    q = max(lo_p + 1, refined - step)
+                    ok2, worst2, _ = confirm(d.name, (q, 0), req.rps)
+                    if not ok2:
+                        lo_p = q
+                        break
+                    refined, worst, step = q, worst2, step * 2
+                while refined - lo_p > 1:
+                    q = (refined + lo_p) // 2
+                    ok2, worst2, _ = confirm(d.name, (q, 0), req.rps)
+                    if ok2:
+                        refined, worst = q, worst2
+                    else:
+                        lo_p = q
+                if refined < p:
+                    note = (note + "; " if note else "") + (
+                        f"the confirm simulator holds with {refined} machines (search: {p})")
+                    p = refined
             return DesignPlan(status="ok", prompt=p, token=t, cost=worst.cost, power=worst.power, result=worst,
                               evaluations=ev.evaluations, confirmations=confirm.runs,
                               seconds=time.perf_counter() - t0, note=note, **base)
@@ -536,7 +560,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
             break
         rejected.append(f"{k * tol:g} req/s {pt[0]}+{pt[1]}")
         bad_k = k
-        k = max(0, lo_k - step)
+        k = max(0, k - step)
         step *= 2
     while good is not None and bad_k - good[0] > 1 and attempts < req.max_confirm:
         k = (good[0] + bad_k) // 2
