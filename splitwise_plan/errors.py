@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class SplitwisePlanError(ValueError):
     """Bad user input (file, name or number); the CLI prints it as one line and exits 2."""
@@ -14,3 +16,14 @@ class SplitwisePlanError(ValueError):
 def choices(names) -> str:
     """Format valid names for an error message, sorted: ``a, b, c``."""
     return ", ".join(sorted(str(n) for n in names)) or "(none)"
+
+
+def positive_number(value, what: str) -> float:
+    """``value`` as a positive finite float, or a user error naming ``what``."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise SplitwisePlanError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(x) or x <= 0:
+        raise SplitwisePlanError(f"{what} must be positive and finite, got {value!r}")
+    return x

@@ -26,7 +26,7 @@ import numpy as np
 from .budget import parse_budget
 from .capacity import capacity_model
 from .designs import DESIGNS, Design, get_design
-from .errors import SplitwisePlanError, choices
+from .errors import SplitwisePlanError, positive_number, choices
 from .search import STRATEGIES, Evaluator, Space, search
 from .simulator import METHODS, Simulator
 
@@ -101,9 +101,9 @@ class PlanRequest:
             if self.rps is not None and self.trace is not None:
                 raise SplitwisePlanError("--trace replays the file at its own rate; give --rps or --trace, not both")
         if self.rps is not None:
-            _positive(self.rps, "--rps")
-        _positive(self.duration, "--duration")
-        _positive(self.rate_tol, "rate tolerance")
+            positive_number(self.rps, "--rps")
+        positive_number(self.duration, "--duration")
+        positive_number(self.rate_tol, "rate tolerance")
         for name, v, lo in (("--seeds", self.seeds, 1), ("--tp", self.tp, 1), ("--jobs", self.jobs, -1)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
                 raise SplitwisePlanError(f"{name} must be an integer >= {lo}, got {v!r}")
@@ -137,14 +137,6 @@ class PlanRequest:
         return "fluid" if fluid_available() else "events"
 
 
-def _positive(v, what: str) -> float:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        raise SplitwisePlanError(f"{what} must be a number, got {v!r}") from None
-    if not math.isfinite(x) or x <= 0:
-        raise SplitwisePlanError(f"{what} must be positive and finite, got {v!r}")
-    return x
 
 
 def parse_designs(designs) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import SplitwisePlanError, choices
+from .errors import SplitwisePlanError, positive_number, choices
 from .paths import data_file, user_file
 from .profiles import read_user_csv, numeric_column
 
@@ -30,15 +30,6 @@ def workload_names() -> list[str]:
     return sorted(SHIPPED_WORKLOADS)
 
 
-def _check_positive(value, what: str) -> float:
-    """A positive finite number, or a user error naming ``what``."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise SplitwisePlanError(f"{what} must be a number, got {value!r}") from None
-    if not np.isfinite(v) or v <= 0:
-        raise SplitwisePlanError(f"{what} must be positive and finite, got {value!r}")
-    return v
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,8 +115,8 @@ class Workload:
         Prompt and output sizes are sampled with replacement, independently as the reference
         generator does, or as (prompt, output) pairs of one trace row when ``paired``.
         """
-        rate = _check_positive(rate, "rate (requests per second)")
-        duration_s = _check_positive(duration_s, "duration (seconds)")
+        rate = positive_number(rate, "rate (requests per second)")
+        duration_s = positive_number(duration_s, "duration (seconds)")
         rng = np.random.default_rng(seed)
         expected = rate * duration_s
         if expected > 5e7:
