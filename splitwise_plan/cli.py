@@ -32,6 +32,16 @@ def report_error(exc: SplitwisePlanError) -> None:
 class _Group(TyperGroup):
     """Typer group that turns SplitwisePlanError from any command into exit status 2."""
 
+    def parse_args(self, ctx, args):  # noqa: D102 - the root (planner) options: one line, exit 2
+        from .cli_simulate import _USAGE_ERRORS
+        try:
+            return super().parse_args(ctx, args)
+        except _USAGE_ERRORS as exc:
+            if not args and self.no_args_is_help:   # click's "no arguments: show the help"
+                raise
+            report_error(SplitwisePlanError(exc.format_message()))
+            raise typer.Exit(code=EXIT_USER_ERROR) from None
+
     def invoke(self, ctx):  # noqa: D102 - see class docstring
         try:
             return super().invoke(ctx)
@@ -85,6 +95,16 @@ def root(
     search_method: str = typer.Option("auto", "--search-method", help="Search simulator: auto, fluid or events."),
     confirm_method: str = typer.Option("events", "--confirm-method", help="Confirming simulator: events or fluid."),
     margin: float = typer.Option(0.0, "--margin", help="Search for tightest SLO ratio below 1 - margin."),
+    json_out: Optional[str] = typer.Option(
+        None, "--json", metavar="FILE", rich_help_panel="Output",
+        help="Write the JSON report (inputs, each design's result, winner, gains) to FILE; '-': print it instead of the table."),
+    csv_out: Optional[Path] = typer.Option(
+        None, "--csv", metavar="FILE", rich_help_panel="Output",
+        help="Write one CSV row per design point the search and the confirmation simulated."),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", metavar="FILE", rich_help_panel="Output",
+        help="Cost, power and throughput of the designs (like the paper's Fig. 18): .png, .svg or .html."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", rich_help_panel="Output", help="No progress bar, no notes."),
 ) -> None:
     """Plan LLM inference clusters with split prompt and token machine pools (Splitwise, ISCA 2024).
 
@@ -95,7 +115,7 @@ def root(
     if goal is None and rps is None and budget_power is None and budget_cost is None and trace is None:
         typer.echo(ctx.get_help())
         return
-    from .planner import PlanRequest, plan, render
+    from .planner import PlanRequest
 
     if goal is None:
         goal = "max-throughput" if (budget_power or budget_cost) else "min-cost"
@@ -105,7 +125,31 @@ def root(
         machines_file=str(machines_file) if machines_file else None, profiles=str(profiles) if profiles else None,
         designs=designs, duration=duration, seed=seed, seeds=seeds, jobs=jobs, tp=tp, strategy=strategy,
         search_method=search_method, confirm_method=confirm_method, margin=margin)
-    render(plan(req), console())
+    _plan_and_report(req, json_out, csv_out, plot, quiet)
+
+
+def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path],
+                     quiet: bool) -> None:
+    """Run the planner with a progress bar (per finished design), then write the reports and the table."""
+    from .cli_simulate import STDOUT, _check_outputs, _note, _print_json
+    from .planner import plan, plan_report, render, write_reports
+    from .progress import progress
+
+    _check_outputs(json_out, csv_out, plot)   # a bad output path fails now, not after the run
+    n = len(req.designs)
+    with progress(n, f"plan {req.goal}, {n} design{'s' if n > 1 else ''}", quiet=quiet) as bar:
+        def done(dp) -> None:
+            bar.advance(1)
+            bar.update(description=f"plan {req.goal}: {dp.design} {dp.status} in {dp.seconds:.1f} s")
+        result = plan(req, on_design=done)
+    written = write_reports(result, json_path=None if json_out == STDOUT else json_out,
+                            csv_path=csv_out, plot_path=plot)
+    if json_out == STDOUT:
+        _print_json(plan_report(result))
+    else:
+        render(result, console())
+    for path in written:
+        _note(f"wrote {path}", quiet)
 
 
 @app.command("version")

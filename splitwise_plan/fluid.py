@@ -94,8 +94,20 @@ class _Run:
         self.nb = int(horizon / _BUCKET_S) + 2
 
     # -- prompt pool ------------------------------------------------------------------
-    def _prompt_step(self, rows, W, ob_tok, ob_start, ob_id, nbatch, bstart, btok, bdur, rb,
-                     avail, i, t, extra_tokens, factor):
+    def _batch_cost(self, tokens, decodes):
+        """Time of a batch of ``tokens`` prompt tokens on a machine with ``decodes`` decoding requests.
+
+        As the machine-level scheduler: prompts first, then as many decodes as fit in
+        ``max_batch_tokens`` (one token each); a batch with decodes is a mixed batch.
+        Returns (seconds, decodes that ride along).
+        """
+        ride = np.minimum(decodes, np.maximum(self.cfg.max_batch_tokens - tokens, 0.0))
+        ptab = self.ptab_p
+        idx = np.minimum((tokens + ride).astype(np.int64), ptab.size - 1)
+        return np.where(ride > 0, MIXED_BATCH_FACTOR, 1.0) * ptab[idx], ride
+
+    def _prompt_step(self, rows, W, ob_tok, ob_start, ob_id, nbatch, bstart, btok, bdur, bride, rb,
+                     avail, i, t, decodes):
         """Queue request i on the machine of each design that frees first; batch it if possible."""
         D = self.D
         s = self.s[i]
@@ -106,12 +118,10 @@ class _Run:
         otok = ob_tok[rows, j]
         ostart = ob_start[rows, j]
         joinable = (~idle) & (otok > 0) & (ostart > t) & (otok + s <= self.cfg.max_batch_tokens)
-        # cost of a batch of x prompt tokens on this machine (mixed batches on baselines)
-        ptab = self.ptab_p
-        top = ptab.size - 1
-        old_cost = np.where(joinable, factor * ptab[np.minimum((otok + extra_tokens).astype(np.int64), top)], 0.0)
+        # cost of the batch on this machine (mixed batches where decodes ride along)
+        old_cost = np.where(joinable, self._batch_cost(otok, decodes)[0], 0.0)
         new_tok = np.where(joinable, otok + s, s)
-        new_cost = factor * ptab[np.minimum((new_tok + extra_tokens).astype(np.int64), top)]
+        new_cost, ride = self._batch_cost(new_tok, decodes)
         start = np.where(idle, t, np.where(joinable, ostart, W[rows, j]))
         W[rows, j] = np.where(idle, t, W[rows, j]) + new_cost - old_cost
         bid = np.where(joinable, ob_id[rows, j], nbatch)
@@ -120,12 +130,13 @@ class _Run:
         bstart[rows, bid] = start
         btok[rows, bid] = new_tok
         bdur[rows, bid] = new_cost
+        bride[rows, bid] = ride > 0
         rb[:, i] = bid
         # the next joinable batch of the machine: only one that has not started yet
         ob_tok[rows, j] = np.where(idle, 0.0, new_tok)
         ob_start[rows, j] = start
         ob_id[rows, j] = bid
-        return j, start + new_cost
+        return j, start, new_cost - old_cost, ride > 0, start + new_cost
 
     def _prompt_state(self):
         D, N, C = self.D, len(self.a), self.C
@@ -135,6 +146,7 @@ class _Run:
             rows=np.arange(D), W=W, ob_tok=np.zeros((D, C)), ob_start=np.zeros((D, C)),
             ob_id=np.zeros((D, C), dtype=np.int64), nbatch=np.zeros(D, dtype=np.int64),
             bstart=np.zeros((D, N)), btok=np.zeros((D, N)), bdur=np.zeros((D, N)),
+            bride=np.zeros((D, N), dtype=bool),
             rb=np.zeros((D, N), dtype=np.int64), avail=avail)
 
     # -- Splitwise ----------------------------------------------------------------------
@@ -178,7 +190,7 @@ class _Run:
                 to_mixed = np.zeros(D, dtype=bool)
             oom |= to_token & (occ_t + m >= cap_t_pool)
             st["avail"] = arange_c < (self.cp - borrowed)[:, None]
-            pmach[:, i], ready = self._prompt_step(t=t, i=i, extra_tokens=0.0, factor=1.0, **st)
+            pmach[:, i], _, _, _, ready = self._prompt_step(t=t, i=i, decodes=0.0, **st)
             ready = ready + self.xfer[i]
             # decode: output-1 iterations at the pool's current batch size, after joining a batch
             nd_t = np.clip(occ_t * inv_t, 1, _MAX_DECODES).astype(np.int64)
@@ -222,15 +234,25 @@ class _Run:
 
     # -- baselines ----------------------------------------------------------------------
     def baseline(self) -> FluidOutcome:
+        """Every machine runs both phases; decodes are tracked per machine (``_DECODE_SLOTS`` each).
+
+        Each prompt batch scheduled on a machine delays the decodes running there at its
+        start, as it happens: by the batch time less one decode iteration when they ride
+        along in the mixed batch, by the whole batch time when the prompt leaves them no
+        room. So the JSQ routing sees each machine's true decode count.
+        """
         D, N = self.D, len(self.a)
         st = self._prompt_state()
         rows = st["rows"]
         K = _DECODE_SLOTS
         dend = np.zeros((D, self.C, K))        # end times of the decodes on each machine
-        machine = np.zeros((D, N), dtype=np.int64)
+        dtau = np.zeros((D, self.C, K))        # their decode iteration times
+        dreq = np.full((D, self.C, K), -1, dtype=np.int64)
+        done = np.zeros((D, N + 1))            # last-token times; column N takes empty slots
         tau_req = np.zeros((D, N))
         ttab = self.ttab_p
         tokens_per_s = self.cfg.max_batch_tokens / float(self.prompt_lat.prompt_time(self.cfg.max_batch_tokens))
+        only = np.zeros_like(st["avail"])
         for i in range(N):
             t = self.a[i]
             dec = (dend > t).sum(axis=2)                           # decodes per machine
@@ -240,30 +262,32 @@ class _Run:
             j = np.argmin(key, axis=1)
             d_j = dec[rows, j].astype(np.float64)
             tau = ttab[np.maximum(dec[rows, j], 1)]
-            # a prompt joins a running decode batch at its next iteration boundary
+            # a prompt stops a running decode batch at its next iteration boundary
             W = st["W"]
             idle = W[rows, j] <= t
             W[rows, j] = np.where(idle & (d_j > 0), t + self.u[i] * tau, W[rows, j])
-            factor = np.where(d_j > 0, MIXED_BATCH_FACTOR, 1.0)
-            only = np.zeros_like(st["avail"])
+            only[:] = False
             only[rows, j] = True
             saved = st["avail"]
             st["avail"] = only
-            _, ready = self._prompt_step(t=t, i=i, extra_tokens=d_j, factor=factor, **st)
+            _, start, delta, ride, ready = self._prompt_step(t=t, i=i, decodes=d_j, **st)
             st["avail"] = saved
-            machine[:, i] = j
+            # the machine's running decodes wait out the new batch time
+            ends = dend[rows, j]
+            fresh = st["ob_tok"][rows, j] == self.s[i]
+            loss = delta[:, None] - np.where((fresh & ride)[:, None], dtau[rows, j], 0.0)
+            dend[rows, j] = ends + np.where(ends > start[:, None], np.maximum(loss, 0.0), 0.0)
             tau_req[:, i] = tau
-            end = ready + tau * (self.n[i] - 1.0 + self.u[i])
             slot = np.argmin(dend[rows, j], axis=1)
-            dend[rows, j, slot] = end
+            old = dreq[rows, j, slot]
+            done[rows, np.where(old >= 0, old, N)] = dend[rows, j, slot]
+            dend[rows, j, slot] = ready + tau * (self.n[i] - 1.0)   # decoding starts with the next iteration
+            dtau[rows, j, slot] = tau
+            dreq[rows, j, slot] = i
+        live = dreq >= 0
+        done[np.broadcast_to(rows[:, None, None], dreq.shape)[live], dreq[live]] = dend[live]
         ttft = self._ttft(st)
-        t1 = self.a[None, :] + ttft
-        base = tau_req * (self.n[None, :] - 1.0)   # decoding starts with the next iteration
-        busy = _MachineBusy(st, self.C, machine)
-        t2 = t1 + base
-        for _ in range(4):   # a decode also waits out the prompt batches of its machine
-            t2 = t1 + base + busy.between(machine, t1, t2, credit=tau_req)
-        e2e = t2 - self.a[None, :]
+        e2e = done[:, :N] - self.a[None, :]
         util = self._utilization(st, tau_req, e2e)
         return FluidOutcome(ttft, e2e, util, np.zeros(D, dtype=bool))
 
@@ -296,6 +320,7 @@ class _MachineBusy:
         self.k_start = (key_base + starts)[order]
         self.k_end = (key_base + starts + durs)[order]
         self.cum = np.concatenate([[0.0], np.cumsum(durs[order])])
+        self.cum_ride = np.concatenate([[0], np.cumsum(st["bride"][ok][order])])
 
     def _cum_at(self, key):
         """Busy time of the machine before absolute key (machine offset + time)."""
@@ -308,10 +333,11 @@ class _MachineBusy:
         return self._cum_at(b) - self._cum_at(a)
 
     def between(self, machine, t1, t2, credit=0.0, mask=None):
-        """Busy time of each request's machine in [t1, t2], less ``credit`` per batch begun in it.
+        """Busy time of each request's machine in [t1, t2], less ``credit`` per mixed batch begun in it.
 
-        A decoding request that sits in a mixed batch still gets its token, so it loses
-        only the batch time beyond one decode iteration (``credit``). Only entries where
+        A decoding request that rides in a mixed batch still gets its token, so it loses
+        only the batch time beyond one decode iteration (``credit``); a prompt batch with
+        no room for decodes pre-empts them for its whole length. Only entries where
         ``mask`` holds are computed; the others are 0.
         """
         mask = np.ones(machine.shape, dtype=bool) if mask is None else mask
@@ -319,7 +345,7 @@ class _MachineBusy:
         base = ((np.arange(D)[:, None] * self.C + machine).astype(np.float64) * self.span)[mask]
         a, b = base + t1[mask], base + t2[mask]
         busy = self._before(a, b)
-        begun = np.searchsorted(self.k_start, b) - np.searchsorted(self.k_start, a)
+        begun = self.cum_ride[np.searchsorted(self.k_start, b)] - self.cum_ride[np.searchsorted(self.k_start, a)]
         out = np.zeros(machine.shape)
         credit = np.broadcast_to(credit, machine.shape)[mask]
         out[mask] = np.maximum(busy - credit * begun, 0.0)

@@ -175,6 +175,8 @@ class DesignPlan:
     candidates: int = 0
     seconds: float = 0.0
     note: str = ""
+    #: ((rate, SimulationResult), ...): every point the search method simulated (the CSV report's rows)
+    evaluated: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def machines(self) -> int:
@@ -188,9 +190,13 @@ class DesignPlan:
         return 1.0 - float(self.result.tightest["ratio"])
 
     def to_dict(self) -> dict:
-        return {"design": self.design, "status": self.status, "prompt_machines": self.prompt,
+        r = self.result
+        return {"design": self.design, "short": self.short, "status": self.status, "prompt_machines": self.prompt,
                 "token_machines": self.token, "machines": self.machines, "cost": _num(self.cost),
                 "power": _num(self.power), "rate": _num(self.rate), "headroom": _num(self.headroom),
+                "slo_met": None if r is None else bool(r.slo_met),
+                "tightest": None if r is None or not r.tightest else {
+                    k: (_num(v) if isinstance(v, float) else v) for k, v in r.tightest.items()},
                 "evaluations": self.evaluations, "confirmations": self.confirmations,
                 "grid_size": self.grid_size, "candidates": self.candidates, "bound": _num(self.bound),
                 "seconds": round(self.seconds, 3), "note": self.note,
@@ -236,7 +242,8 @@ class PlanResult:
         r = self.request
         return {"goal": r.goal, "rps": r.rps, "budget_power": r.budget_power, "budget_cost": r.budget_cost,
                 "model": r.model, "workload": r.workload, "trace": r.trace, "duration": r.duration,
-                "seed": r.seed, "seeds": r.seeds, "search_method": self.search_method,
+                "seed": r.seed, "seeds": r.seeds, "tp": r.tp, "strategy": r.strategy, "margin": r.margin,
+                "search_method": self.search_method,
                 "confirm_method": r.confirm_method, "winner": self.winner, "gains": list(self.gains),
                 "evaluations": self.evaluations, "confirmations": self.confirmations,
                 "grid_size": self.grid_size, "seconds": round(self.seconds, 3),
@@ -395,7 +402,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
                 note += f" (confirmation rejected {', '.join(f'{p}+{t}' for p, t in excluded)})"
             status = "unconfirmed" if excluded else "infeasible"
             return DesignPlan(status=status, evaluations=ev.evaluations, confirmations=confirm.runs,
-                              seconds=time.perf_counter() - t0, note=note, **base)
+                              seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate), **base)
         ok, worst, _ = confirm(d.name, sr.best, req.rps, ev.cache.get(sr.best))
         if ok:
             p, t = sr.best
@@ -426,7 +433,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
                     p = refined
             return DesignPlan(status="ok", prompt=p, token=t, cost=worst.cost, power=worst.power, result=worst,
                               evaluations=ev.evaluations, confirmations=confirm.runs,
-                              seconds=time.perf_counter() - t0, note=note, **base)
+                              seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate), **base)
         excluded.append(sr.best)
         rejected.append(f"{sr.best[0]}+{sr.best[1]} ({_ratio(ev.cache.get(sr.best)):.2f} -> {_ratio(worst):.2f})")
         if len(excluded) >= req.max_confirm:
@@ -434,7 +441,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
                               power=worst.power, result=worst, evaluations=ev.evaluations,
                               confirmations=confirm.runs, seconds=time.perf_counter() - t0,
                               note=f"all {len(excluded)} candidates failed confirmation: {', '.join(rejected)}",
-                              **base)
+                              evaluated=_evaluated(ev, rate), **base)
 
 
 def _ratio(r) -> float:
@@ -573,11 +580,12 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         return DesignPlan(status="ok", prompt=pt[0], token=pt[1], cost=worst.cost, power=worst.power,
                           rate=float(k * tol), result=worst, bound=r_hi, evaluations=evals,
                           confirmations=confirm.runs, candidates=len(pts), seconds=time.perf_counter() - t0,
-                          note=note, **base)
+                          note=note, evaluated=_evaluated_budget(cache), **base)
     return DesignPlan(status="unconfirmed" if rejected else "infeasible", bound=r_hi, evaluations=evals,
                       confirmations=confirm.runs, candidates=len(pts), seconds=time.perf_counter() - t0,
                       note=(f"no confirmed rate within the budget; rejected {', '.join(rejected)}" if rejected else
-                            f"holds no rate >= {tol:g} req/s within the budget"), **base)
+                            f"holds no rate >= {tol:g} req/s within the budget"),
+                      evaluated=_evaluated_budget(cache), **base)
 
 
 # --- ranking and gains ------------------------------------------------------------------
@@ -637,10 +645,11 @@ def _plan_one(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
 _WORK_ORDER = ("splitwise-aa", "splitwise-ha", "splitwise-hhcap", "splitwise-hh", "baseline-a100", "baseline-h100")
 
 
-def plan(request: PlanRequest | None = None, /, **kwargs) -> PlanResult:
+def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> PlanResult:
     """Plan every requested design under the goal; see :class:`PlanRequest` for the options.
 
-    ``plan(goal="min-cost", rps=70)`` or ``plan(PlanRequest(...))``.
+    ``plan(goal="min-cost", rps=70)`` or ``plan(PlanRequest(...))``. ``on_design(DesignPlan)``,
+    if given, is called in the calling process as each design finishes (for progress bars).
     """
     t0 = time.perf_counter()
     req = request if request is not None else PlanRequest(**kwargs)
@@ -657,11 +666,18 @@ def plan(request: PlanRequest | None = None, /, **kwargs) -> PlanResult:
     if jobs > 1:
         from joblib import Parallel, delayed
         sub = replace(req, jobs=1)
-        plans = Parallel(n_jobs=jobs, prefer="processes", batch_size=1)(
-            delayed(_plan_one)(inputs, sub, n, method) for n in order)
+        try:   # results as each design finishes (joblib >= 1.4), so on_design reports progress
+            par = Parallel(n_jobs=jobs, prefer="processes", batch_size=1, return_as="generator_unordered")
+        except (TypeError, ValueError):
+            par = Parallel(n_jobs=jobs, prefer="processes", batch_size=1)
+        plans = par(delayed(_plan_one)(inputs, sub, n, method) for n in order)
     else:
-        plans = [_plan_one(inputs, req, n, method) for n in order]
-    by_name = {p.design: p for p in plans}
+        plans = (_plan_one(inputs, req, n, method) for n in order)
+    by_name = {}
+    for p in plans:
+        by_name[p.design] = p
+        if on_design is not None:
+            on_design(p)
     ranked = tuple(sorted((by_name[n] for n in req.designs), key=_rank_key(req.goal)))
     winner = ranked[0] if ranked and ranked[0].status == "ok" else None
     return PlanResult(req, ranked, winner.design if winner else None, _gains(ranked, winner, req.goal),
@@ -673,13 +689,8 @@ def plan(request: PlanRequest | None = None, /, **kwargs) -> PlanResult:
 SLO_COLUMNS = tuple((m, p) for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99))
 
 
-def render(result: PlanResult, console=None) -> None:
-    """Print the ranking table, the winner and its gains with rich."""
-    from rich.console import Console
-    from rich.table import Table
-
-    con = console or Console()
-    req = result.request
+def plan_title(req: PlanRequest) -> str:
+    """What was planned, in one line: the goal, the rate or budget, the model and the stream."""
     if req.goal == "max-throughput":
         kind = req.objective
         spec = req.budget_power if kind == "power" else req.budget_cost
@@ -688,8 +699,18 @@ def render(result: PlanResult, console=None) -> None:
         rate = f"{req.rps:g} req/s" if req.rps is not None else f"trace {req.trace}"
         title = f"{req.goal} at {rate}"
     src = req.trace or req.workload
-    table = Table(title=f"splitwise-plan: {title} - {req.model}, {src}, {req.duration:g} s, "
-                        f"seed {req.seed}" + (f" (worst of {req.seeds} seeds)" if req.seeds > 1 else ""))
+    return (f"{title} - {req.model}, {src}, {req.duration:g} s, seed {req.seed}"
+            + (f" (worst of {req.seeds} seeds)" if req.seeds > 1 else ""))
+
+
+def render(result: PlanResult, console=None) -> None:
+    """Print the ranking table, the winner and its gains with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = console or Console()
+    req = result.request
+    table = Table(title=f"splitwise-plan: {plan_title(req)}")
     cols = ["#", "design", "prompt", "token"]
     if req.goal == "max-throughput":
         cols.append("req/s")
@@ -737,3 +758,98 @@ def render(result: PlanResult, console=None) -> None:
               f"headroom {w.headroom:.0%}")
     for g in result.gains:
         con.print(f"  {g}")
+
+
+# --- reports: JSON, CSV and plot ----------------------------------------------------------
+
+def _evaluated(ev: Evaluator, rate: float) -> tuple:
+    """The points an evaluator simulated, as ((rate, SimulationResult), ...) in (prompt, token) order."""
+    return tuple((float(rate), r) for _, r in sorted(ev.cache.items()))
+
+
+def _evaluated_budget(cache: dict) -> tuple:
+    """The points of every rate the max-throughput search tried (``cache``: rate -> (evaluator, ...))."""
+    return tuple(row for rate in sorted(cache) for row in _evaluated(cache[rate][0], rate))
+
+
+def plan_inputs(result: PlanResult) -> dict:
+    """The ``inputs`` block of a plan report: what the plan depends on (see :func:`reports.report_inputs`)."""
+    from .machines import load_machines
+    from .reports import report_inputs as _inputs
+    from .slos import load_slos
+    from .workloads import load_trace, load_workload
+
+    req = result.request
+    if req.trace:
+        tr = load_trace(req.trace)
+        rate, duration, seed, requests, workload = tr.rate, tr.duration_s, None, len(tr), None
+    else:
+        rate, duration, seed, workload = req.rps, req.duration, req.seed, req.workload
+        requests = (len(load_workload(req.workload).generate(req.rps, duration_s=req.duration, seed=req.seed))
+                    if req.rps is not None else None)
+    return _inputs(model=req.model, tensor_parallel=req.tp, workload=workload, trace=req.trace, rate=rate,
+                   duration_s=duration, seed=seed, requests=requests, slo_file=req.slos, slos=load_slos(req.slos),
+                   machines_file=req.machines_file, machines=load_machines(req.machines_file),
+                   profiles_file=req.profiles, method=result.search_method, confirm_method=req.confirm_method,
+                   goal=req.goal, budget_power=req.budget_power, budget_cost=req.budget_cost,
+                   designs=list(req.designs), seeds=req.seeds, strategy=req.strategy, margin=req.margin)
+
+
+def plan_report(result: PlanResult) -> dict:
+    """The JSON report of a plan: schema version, inputs, one result per design, the winner and gains."""
+    from .reports import build_report
+
+    summary = result.to_dict()
+    designs = summary.pop("designs")
+    return build_report("plan", plan_inputs(result), designs, plan=summary)
+
+
+def csv_rows(result: PlanResult) -> list[dict]:
+    """One row per evaluated design point: every point the search simulated (``phase`` search) and
+    each design's answer as confirmed (``phase`` confirm, the worst of the seeds); ``chosen`` marks
+    the design's answer. A design with no simulation at all gets one row with its status and note."""
+    rows = []
+    for dp in result.designs:
+        chosen = (dp.prompt, dp.token) if dp.status == "ok" else None
+        head = {"design": dp.design, "status": dp.status}
+        for rate, r in dp.evaluated:
+            pt = (r.prompt_machines, r.token_machines)
+            rows.append({**head, "phase": "search", "rate_rps": rate,
+                         "chosen": pt == chosen and (dp.rate == rate or not math.isfinite(dp.rate)), **r.flat()})
+        if dp.result is not None:
+            rows.append({**head, "phase": "confirm", "rate_rps": dp.rate, "chosen": dp.status == "ok",
+                         **dp.result.flat(), "note": dp.note})
+        if not dp.evaluated and dp.result is None:
+            rows.append({**head, "phase": "none", "rate_rps": _num(dp.rate), "chosen": False, "note": dp.note})
+    return rows
+
+
+def comparison(result: PlanResult) -> list[dict]:
+    """Each design's answer for :func:`plots.write_plot` ``designs=``: cost, power and throughput."""
+    out = []
+    for dp in result.designs:
+        ok = dp.status == "ok"
+        nan = float("nan")
+        out.append({"design": dp.design, "label": dp.design if ok else f"{dp.design} ({dp.status})",
+                    "prompt_machines": dp.prompt if ok else None,
+                    "token_machines": (dp.token if ok and dp.token else None),
+                    "machines": dp.machines if ok else None,
+                    "cost": dp.cost if ok else nan, "power": dp.power if ok else nan,
+                    "throughput": dp.rate if ok else nan})
+    return out
+
+
+def write_reports(result: PlanResult, *, json_path=None, csv_path=None, plot_path=None) -> list:
+    """Write the JSON, CSV and plot reports of a plan (each atomically); return the paths written."""
+    from .reports import write_csv, write_json
+
+    written = []
+    if csv_path is not None:
+        written.append(write_csv(csv_path, csv_rows(result)))
+    if plot_path is not None:
+        from .plots import write_plot
+        written.append(write_plot(plot_path, designs=comparison(result),
+                                  title=f"splitwise-plan: {plan_title(result.request)}"))
+    if json_path is not None:
+        written.append(write_json(json_path, plan_report(result)))
+    return written

@@ -90,7 +90,7 @@ class ProgressBar:
             if self._plain is not None:
                 done = (f"{self.completed:g}/{self.total:g} " if self.total is not None else "")
                 self._plain.print(f"{self._base_description}: {done}done in {self.elapsed_s:.1f} s",
-                                  markup=False, highlight=False)
+                                  markup=False, highlight=False, soft_wrap=True)
                 self._plain = None
 
     # -- updates ---------------------------------------------------------------------

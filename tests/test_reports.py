@@ -264,3 +264,16 @@ def test_progress_live_bar_on_a_terminal():
             time.sleep(0.01)
         bar.advance(4)
     assert bar.shown and "sweeping" in c.file.getvalue()
+
+
+def test_progress_plain_line_does_not_wrap():
+    c = _console()          # 100 columns
+    desc = "plan min-cost, 6 designs: " + "x" * 120
+    with progress(6, desc, delay_s=0.0, console=c) as bar:
+        for _ in range(200):
+            if bar.shown:
+                break
+            time.sleep(0.01)
+        bar.advance(6)
+    out = c.file.getvalue()
+    assert out.count("\n") == 1 and out.startswith(desc + ": 6/6 done in ")

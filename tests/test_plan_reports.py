@@ -1,0 +1,236 @@
+"""The planner's reports: ``splitwise-plan --goal ... --json/--csv/--plot FILE``, ``--quiet``, progress.
+
+Small, quick plans (HH and H100 at 10 req/s over a 20 s stream, confirmed with the fluid
+model) keep these fast: each run takes well under a second.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from contextlib import contextmanager
+
+import pytest
+
+import splitwise_plan.planner as planner
+import splitwise_plan.progress as progress_mod
+import splitwise_plan.reports as reports
+from splitwise_plan.cli import main
+from splitwise_plan.planner import (DesignPlan, PlanRequest, PlanResult, comparison, csv_rows, plan,
+                                    plan_report, write_reports)
+from splitwise_plan.reports import SCHEMA_VERSION
+
+QUICK = ["--goal", "min-cost", "--rps", "10", "--designs", "HH,H100", "--duration", "20",
+         "--confirm-method", "fluid", "--jobs", "1"]
+SLO_KEYS = {f"p{p}" for p in (50, 90, 99)}
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code, out, err, needle=""):
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+
+
+@pytest.fixture(scope="module")
+def reports_dir(tmp_path_factory):
+    """One quick plan writing all three reports (the planner runs once for the module)."""
+    d = tmp_path_factory.mktemp("plan")
+    code = main([*QUICK, "--quiet", "--json", str(d / "p.json"), "--csv", str(d / "p.csv"),
+                 "--plot", str(d / "p.html")])
+    assert code == 0
+    return d
+
+
+def test_json_report_schema_inputs_and_designs(reports_dir):
+    doc = json.loads((reports_dir / "p.json").read_text())
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["command"] == "plan"
+    assert doc["tool"]["name"] == "splitwise-plan" and doc["tool"]["version"]
+    inp = doc["inputs"]
+    assert (inp["model"], inp["workload"], inp["rate_rps"], inp["seed"]) == ("bloom-176b", "coding", 10.0, 0)
+    assert inp["duration_s"] == 20.0 and inp["requests"] > 0
+    assert inp["slo_file"] is None and len(inp["slos"]["objectives"]) == 9
+    assert {"dgx-a100", "dgx-h100"} <= set(inp["machine_catalog"])
+    assert inp["goal"] == "min-cost" and inp["designs"] == ["splitwise-hh", "baseline-h100"]
+    assert inp["confirm_method"] == "fluid" and inp["method"] == "fluid"
+    by_name = {d["design"]: d for d in doc["results"]}
+    assert set(by_name) == {"splitwise-hh", "baseline-h100"}
+    for d in doc["results"]:
+        assert d["status"] == "ok", d["note"]
+        assert d["prompt_machines"] >= 1 and d["machines"] == d["prompt_machines"] + d["token_machines"]
+        assert d["cost"] > 0 and d["power"] > 0 and 0 <= d["headroom"] < 1
+        assert d["slo_met"] is True and d["tightest"]["ratio"] < 1
+        assert d["evaluations"] >= 1 and "note" in d
+        for kind in ("slowdown", "latency_s"):
+            assert set(d["result"][kind]) == {"ttft", "tbt", "e2e"}
+            assert all(set(v) == SLO_KEYS for v in d["result"][kind].values())
+        assert d["result"]["slo"]["met"] is True
+    assert by_name["baseline-h100"]["token_machines"] == 0
+    summary = doc["plan"]
+    assert summary["winner"] in by_name and summary["goal"] == "min-cost"
+    assert summary["winner"] == doc["results"][0]["design"]          # ranked by the goal
+    assert all("vs baseline-h100" in g for g in summary["gains"])
+    assert "NaN" not in (reports_dir / "p.json").read_text()
+
+
+def test_csv_has_a_row_per_evaluated_point(reports_dir):
+    doc = json.loads((reports_dir / "p.json").read_text())
+    rows = list(csv.DictReader((reports_dir / "p.csv").open()))
+    assert rows and {"design", "status", "phase", "chosen", "rate_rps", "prompt_machines", "token_machines",
+                     "cost", "power", "slo_met", "ttft_p99_slowdown", "e2e_p50_s", "tightest_ratio"} <= set(rows[0])
+    for d in doc["results"]:
+        mine = [r for r in rows if r["design"] == d["design"]]
+        assert sum(r["phase"] == "search" for r in mine) == d["evaluations"]    # every search simulation
+        confirm = [r for r in mine if r["phase"] == "confirm"]
+        assert len(confirm) == 1 and confirm[0]["chosen"] == "True"
+        assert (int(confirm[0]["prompt_machines"]), int(confirm[0]["token_machines"])) == (
+            d["prompt_machines"], d["token_machines"])
+        assert any(r["chosen"] == "True" for r in mine if r["phase"] == "search")
+
+
+def test_html_plot_compares_the_designs(reports_dir):
+    page = (reports_dir / "p.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "Designs compared" in page
+    assert "splitwise-hh" in page and "baseline-h100" in page
+    assert not [p for p in reports_dir.iterdir() if p.name.startswith(".")]   # no temporary files left
+
+
+@pytest.mark.parametrize("ext, magic", [(".png", b"\x89PNG\r\n\x1a\n"), (".svg", b"<?xml")])
+def test_png_and_svg_plots(capsys, tmp_path, ext, magic):
+    p = tmp_path / f"cmp{ext}"
+    code, out, err = run(capsys, *QUICK, "--plot", p)
+    assert code == 0, err
+    data = p.read_bytes()
+    assert data.startswith(magic) and len(data) > 1000
+    if ext == ".svg":
+        assert b"<svg" in data[:1000]
+    assert f"wrote {p}" in err and "Winner" in out
+
+
+def test_json_to_stdout_instead_of_the_table(capsys):
+    code, out, err = run(capsys, *QUICK, "--quiet", "--json", "-")
+    assert code == 0, err
+    doc = json.loads(out)      # nothing but the JSON on stdout
+    assert doc["command"] == "plan" and len(doc["results"]) == 2
+    assert err == ""
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--json", "{tmp}/no/such/dir/p.json"], "does not exist"),
+    (["--csv", "{tmp}/no/such/dir/p.csv"], "does not exist"),
+    (["--csv", "{tmp}"], "is a directory"),
+    (["--plot", "{tmp}/p.pdf"], "unknown extension '.pdf'"),
+    (["--plot", "{tmp}/p"], "unknown extension"),
+    (["--plot", "{tmp}/no/such/dir/p.png"], "does not exist"),
+])
+def test_bad_output_path_fails_before_planning(capsys, tmp_path, monkeypatch, extra, needle):
+    def boom(*a, **k):
+        raise AssertionError("the planner ran before the output paths were checked")
+
+    monkeypatch.setattr(planner, "plan", boom)
+    code, out, err = run(capsys, *QUICK, *(a.format(tmp=tmp_path) for a in extra))
+    assert_user_error(code, out, err, needle)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--rps", "abc"], "--rps"),
+    (["--goal"], "requires an argument"),
+    (["--rps", "10", "--jsn", "x.json"], "No such option: --jsn"),
+    (["--rps", "10", "--json"], "requires an argument"),
+])
+def test_root_option_errors_are_one_line(capsys, args, needle):
+    code, out, err = run(capsys, *args)
+    assert_user_error(code, out, err, needle)
+
+
+# --- progress --------------------------------------------------------------------------------
+
+@pytest.fixture
+def instant_progress(monkeypatch):
+    """Show the progress bar at once (instead of after a second) so a quick plan shows it."""
+    real = progress_mod.progress
+
+    @contextmanager
+    def now(total, description, **kw):
+        kw["delay_s"] = 0.0
+        with real(total, description, **kw) as bar:
+            for _ in range(500):          # wait for the timer thread to show it
+                if bar.shown or bar.quiet:
+                    break
+                time.sleep(0.01)
+            yield bar
+
+    monkeypatch.setattr(progress_mod, "progress", now)
+
+
+def test_progress_is_one_plain_line_when_not_a_terminal(capsys, instant_progress):
+    code, out, err = run(capsys, *QUICK)
+    assert code == 0, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("plan min-cost, 2 designs: 2/2 done in "), err
+    assert "\x1b[" not in out and "\x1b[" not in err          # no colour, no cursor codes
+
+
+def test_quiet_silences_progress_and_notes(capsys, instant_progress, tmp_path):
+    code, out, err = run(capsys, *QUICK, "--quiet", "--csv", tmp_path / "p.csv")
+    assert code == 0 and err == ""
+    assert "Winner" in out and (tmp_path / "p.csv").exists()
+
+
+def test_on_design_is_called_as_each_design_finishes():
+    seen = []
+    res = plan(goal="min-cost", rps=10, duration=20, designs="HH,H100", jobs=2, search_method="fluid",
+               confirm_method="fluid", on_design=lambda dp: seen.append(dp.design))
+    assert sorted(seen) == sorted(d.design for d in res.designs)
+    assert all(d.evaluated for d in res.designs)           # the points come back from the workers
+
+
+# --- report building without a run ------------------------------------------------------------
+
+def _result_with_infeasible_design() -> PlanResult:
+    req = PlanRequest(goal="min-cost", rps=10, duration=20, designs="HH,H100")
+    ok = plan(req, jobs=1, confirm_method="fluid", designs="H100").designs[0]
+    bad = DesignPlan("splitwise-hh", "HH", "infeasible", rate=10.0, grid_size=4,
+                     note="no design within 2 prompt x 2 token machines meets the SLOs")
+    return PlanResult(req, (ok, bad), ok.design, (), "fluid", 0.1)
+
+
+def test_reports_of_an_infeasible_design(tmp_path):
+    res = _result_with_infeasible_design()
+    rows = csv_rows(res)
+    none = [r for r in rows if r["design"] == "splitwise-hh"]
+    assert len(none) == 1 and none[0]["phase"] == "none" and "meets the SLOs" in none[0]["note"]
+    cmp = {d["design"]: d for d in comparison(res)}
+    assert math.isnan(cmp["splitwise-hh"]["cost"]) and "infeasible" in cmp["splitwise-hh"]["label"]
+    assert cmp["baseline-h100"]["throughput"] == 10.0
+    doc = plan_report(res)
+    hh = next(d for d in doc["results"] if d["design"] == "splitwise-hh")
+    assert hh["status"] == "infeasible" and hh["result"] is None and hh["cost"] is None
+    paths = write_reports(res, json_path=tmp_path / "r.json", csv_path=tmp_path / "r.csv",
+                          plot_path=tmp_path / "r.png")
+    assert [p.name for p in paths] == ["r.csv", "r.png", "r.json"]
+    assert json.loads((tmp_path / "r.json").read_text())["plan"]["winner"] == "baseline-h100"
+
+
+def test_interrupted_json_write_keeps_the_old_report(tmp_path, monkeypatch):
+    res = _result_with_infeasible_design()
+    p = tmp_path / "r.json"
+    p.write_text('{"old": true}\n')
+
+    def broken_dump(obj, fh, **kw):
+        fh.write('{"schema_version": 1, "inp')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reports.json, "dump", broken_dump)
+    with pytest.raises(KeyboardInterrupt):
+        write_reports(res, json_path=p)
+    assert json.loads(p.read_text()) == {"old": True}
+    assert [x.name for x in tmp_path.iterdir()] == ["r.json"]
