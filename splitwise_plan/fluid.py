@@ -4,17 +4,21 @@ It walks the request stream once and advances every candidate design at the same
 time (numpy arrays over designs x machines), so a batch of designs costs little
 more than one. Per design it keeps:
 
-- the prompt pool as a multi-server FCFS queue (Kiefer-Wolfowitz recursion): each
-  request joins the machine that frees first; requests queued behind the same busy
-  machine share one batch of at most ``max_batch_tokens`` prompt tokens;
-- the token pool as a fluid of KV-cache memory: a request holds ``kv(prompt +
-  output)`` bytes from its arrival until its last token (the reference scheduler's
-  accounting); when the token pool is full the mixed pool borrows prompt machines;
-- decoding as ``output - 1`` iterations of the token-phase time at the pool's
-  batch size, plus half an iteration to join a running batch, after the KV transfer;
-- on baselines, every machine runs both phases: prompt batches are mixed batches
-  (1.1x) and a decoding request also waits out every prompt batch that its machine
-  runs before its last token.
+- every machine's prompt queue as FCFS (Kiefer-Wolfowitz recursion): requests queued
+  behind the same busy machine share one batch of at most ``max_batch_tokens`` tokens;
+- every machine's booked KV memory and decodes (the reference scheduler's accounting:
+  ``kv(prompt + output)`` from routing to the last token), released through a ring of
+  time buckets, and its role: prompt pool, token pool or mixed pool. Routing follows
+  the reference's cluster-level rules (JSQ, long prompt queues borrow token machines,
+  full token machines borrow prompt machines, borrowed machines go home when empty);
+- decoding as ``output - 1`` iterations of the token-phase time at its machine's batch
+  size, plus part of an iteration to join a running batch, after the KV transfer;
+- mixed batches as the machine-level scheduler builds them: prompts first, then the
+  decodes that fit in ``max_batch_tokens`` (1.1x batch time); a decode loses the
+  batch time less one iteration when it rides along, all of it when pre-empted. On
+  baselines that delay is applied per machine as batches are scheduled, so routing
+  sees each machine's true decode count; on Splitwise pools it is added afterwards
+  from the prompt batches of each decode's machine (``_MachineBusy``).
 
 It is an approximation of the discrete-event rules in ``oracle.py``; benchmarks and
 tests measure how close.
@@ -29,10 +33,13 @@ import numpy as np
 from .cluster import Cluster
 from .latency_model import MIXED_BATCH_FACTOR
 
-_BUCKET_S = 0.1        # time resolution of the memory-release ledger
+_RING_S = 0.25         # time resolution of the per-machine release ring
+_RING = 512            # buckets in the ring: releases up to 128 s ahead
+_PENDING = 8           # prompts remembered per machine for the queue-length rule
+_PROMPT, _TOKEN, _MIXED, _ABSENT = 0, 1, 2, 3   # machine roles
 _CHUNK = 256          # designs simulated together (memory grows with designs x requests)
 _DECODE_SLOTS = 16
-_MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup     # decodes tracked per baseline machine (more only when overloaded)
+_MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 
 
 @dataclass(frozen=True)
@@ -86,15 +93,15 @@ class _Run:
         self.ptab_p = np.asarray(self.prompt_lat.prompt_time(np.arange(top + 1, dtype=np.float64)))
         self.ttab_t = np.asarray(self.token_lat.token_time(np.arange(_MAX_DECODES + 1, dtype=np.float64)))
         self.ttab_p = np.asarray(self.prompt_lat.token_time(np.arange(_MAX_DECODES + 1, dtype=np.float64)))
+        same_hw = c0.token is None or c0.token.latency is c0.prompt.latency
+        self.ptab_t = None if same_hw else np.asarray(
+            self.token_lat.prompt_time(np.arange(top + 1, dtype=np.float64)))
         self.machines = self.cp + self.ct
         # where in a running iteration each request joins: uniform on (0, 1), low-discrepancy
         self.u = np.modf(0.5 + np.arange(len(self.a)) * 0.6180339887498949)[0]
-        # Memory-release ledger over the whole run (designs x time buckets).
-        horizon = self.a[-1] + 4.0 * float(self.token_lat.token_time(512)) * self.n.max() + 60.0
-        self.nb = int(horizon / _BUCKET_S) + 2
 
     # -- prompt pool ------------------------------------------------------------------
-    def _batch_cost(self, tokens, decodes):
+    def _batch_cost(self, tokens, decodes, on_token=None):
         """Time of a batch of ``tokens`` prompt tokens on a machine with ``decodes`` decoding requests.
 
         As the machine-level scheduler: prompts first, then as many decodes as fit in
@@ -102,26 +109,29 @@ class _Run:
         Returns (seconds, decodes that ride along).
         """
         ride = np.minimum(decodes, np.maximum(self.cfg.max_batch_tokens - tokens, 0.0))
-        ptab = self.ptab_p
-        idx = np.minimum((tokens + ride).astype(np.int64), ptab.size - 1)
-        return np.where(ride > 0, MIXED_BATCH_FACTOR, 1.0) * ptab[idx], ride
+        idx = np.minimum((tokens + ride).astype(np.int64), self.ptab_p.size - 1)
+        secs = self.ptab_p[idx]
+        if on_token is not None and self.ptab_t is not None:   # a borrowed token machine of other hardware
+            secs = np.where(on_token, self.ptab_t[idx], secs)
+        return np.where(ride > 0, MIXED_BATCH_FACTOR, 1.0) * secs, ride
 
     def _prompt_step(self, rows, W, ob_tok, ob_start, ob_id, nbatch, bstart, btok, bdur, bride, rb,
-                     avail, i, t, decodes):
-        """Queue request i on the machine of each design that frees first; batch it if possible."""
-        D = self.D
+                     avail, i, t, decodes, on_token=None, j=None):
+        """Queue request i on the machine of each design that frees first; batch it if possible.
+
+        Returns (machine, batch start, added batch time, new batch?, decodes ride along?, prompt end).
+        """
         s = self.s[i]
-        backlog = np.where(avail, W - t, np.inf)
-        j = np.argmin(backlog, axis=1)
-        wait = backlog[rows, j]
-        idle = wait <= 0.0
+        if j is None:
+            j = np.argmin(np.where(avail, W, np.inf), axis=1)
+        idle = W[rows, j] <= t
         otok = ob_tok[rows, j]
         ostart = ob_start[rows, j]
         joinable = (~idle) & (otok > 0) & (ostart > t) & (otok + s <= self.cfg.max_batch_tokens)
         # cost of the batch on this machine (mixed batches where decodes ride along)
-        old_cost = np.where(joinable, self._batch_cost(otok, decodes)[0], 0.0)
+        old_cost = np.where(joinable, self._batch_cost(otok, decodes, on_token)[0], 0.0)
         new_tok = np.where(joinable, otok + s, s)
-        new_cost, ride = self._batch_cost(new_tok, decodes)
+        new_cost, ride = self._batch_cost(new_tok, decodes, on_token)
         start = np.where(idle, t, np.where(joinable, ostart, W[rows, j]))
         W[rows, j] = np.where(idle, t, W[rows, j]) + new_cost - old_cost
         bid = np.where(joinable, ob_id[rows, j], nbatch)
@@ -136,10 +146,11 @@ class _Run:
         ob_tok[rows, j] = np.where(idle, 0.0, new_tok)
         ob_start[rows, j] = start
         ob_id[rows, j] = bid
-        return j, start, new_cost - old_cost, ride > 0, start + new_cost
+        return j, start, new_cost - old_cost, fresh, ride > 0, start + new_cost
 
-    def _prompt_state(self):
-        D, N, C = self.D, len(self.a), self.C
+    def _prompt_state(self, C: int | None = None):
+        D, N = self.D, len(self.a)
+        C = self.C if C is None else C
         W = np.zeros((D, C))
         avail = np.arange(C)[None, :] < self.cp[:, None]
         return dict(
@@ -151,70 +162,179 @@ class _Run:
 
     # -- Splitwise ----------------------------------------------------------------------
     def splitwise(self) -> FluidOutcome:
+        """Prompt and token pools with the reference's cluster-level rules, machine by machine.
+
+        Columns are machines: the prompt pool first, then the token pool. Each machine
+        has a role (prompt pool, token pool or mixed pool), booked KV memory and booked
+        decodes, released through a ring of time buckets. A prompt goes to the prompt
+        pool's least-loaded machine unless its queue is long, then to the mixed pool,
+        then borrows a token machine; a decode goes to the token machine with the least
+        booked memory that fits, then to the mixed pool, then borrows a prompt machine.
+        Borrowed machines return to their pool once they have nothing booked. Prompt
+        batches on any machine delay the decodes running there (``_MachineBusy``).
+        """
         D, N = self.D, len(self.a)
-        st = self._prompt_state()
+        cfg = self.cfg
+        Cp, Ct = self.C, int(self.ct.max())
+        M = Cp + Ct
+        st = self._prompt_state(M)
         rows = st["rows"]
-        cap_t_pool = self.ct * self.cap_t
-        occ_t = np.zeros(D)                    # KV bytes booked on the token pool
-        occ_m = np.zeros(D)                    # KV bytes booked on borrowed (mixed) machines
-        rel_t = np.zeros((D, self.nb))
-        rel_m = np.zeros((D, self.nb))
-        borrowed = np.zeros(D, dtype=np.int64)
+        W = st["W"]
+        col = np.arange(M)[None, :]
+        on_token_col = col >= Cp
+        exists = np.where(on_token_col, (col - Cp) < self.ct[:, None], col < self.cp[:, None])
+        home = np.where(on_token_col, _TOKEN, _PROMPT) + np.zeros((D, 1), dtype=np.int8)
+        role = np.where(exists, home, _ABSENT).astype(np.int8)
+        cap = np.where(on_token_col, self.cap_t, self.cap_p)[0]
+        smem = np.zeros((D, M))                 # booked KV bytes (the reference's sched_memory)
+        ndec = np.zeros((D, M))                 # booked decodes
+        L = _RING
+        rel_mem = np.zeros((D, M, L), dtype=np.float32)
+        rel_dec = np.zeros((D, M, L), dtype=np.float32)
+        R = _PENDING
+        q_start = np.zeros((D, M, R))           # the last prompts queued on each machine
+        q_end = np.zeros((D, M, R))
+        q_tok = np.zeros((D, M, R))
+        q_ptr = np.zeros((D, M), dtype=np.int64)
         tau_req = np.zeros((D, N))
-        dmach = np.full((D, N), -1, dtype=np.int64)   # borrowed machine a request decodes on
-        pmach = np.zeros((D, N), dtype=np.int64)      # prompt machine of each request
+        dmach = np.zeros((D, N), dtype=np.int64)
+        pmach = np.zeros((D, N), dtype=np.int64)
         oom = np.zeros(D, dtype=bool)
-        last = 0
         ttab_t, ttab_p = self.ttab_t, self.ttab_p
-        mixed_on = self.cfg.mixed_pool
-        arange_c = np.arange(self.C)[None, :]
-        inv_t = 1.0 / (self.mean_mem * np.maximum(self.ct, 1))
+        tokens_per_s = cfg.max_batch_tokens / float(self.prompt_lat.prompt_time(cfg.max_batch_tokens))
+        kv = self.mem / (self.s + self.n)
+        mixed_on = cfg.mixed_pool
+        last = 0
+        inf = np.inf
+
+        def pick(pen, key):
+            """Least ``key`` among the machines whose penalty is 0 (the others have inf)."""
+            j = np.argmin(key + pen, axis=1)
+            return j, pen[rows, j] == 0.0
+
+        def penalties():
+            return tuple(np.where(role == r, 0.0, inf) for r in (_PROMPT, _TOKEN, _MIXED))
+
+        pen_p, pen_t, pen_m = penalties()
+        any_mixed = False
+
+        def lend(where_, j):
+            """Move machine j of the designs in ``where_`` to the mixed pool."""
+            r, c = rows[where_], j[where_]
+            role[r, c] = _MIXED
+            pen_p[r, c] = inf
+            pen_t[r, c] = inf
+            pen_m[r, c] = 0.0
+
+        def long_queue(j, s):
+            pending = (q_tok[rows, j] * (q_end[rows, j] > t)).sum(axis=1)
+            queued = (q_start[rows, j] > t).any(axis=1)
+            return queued & (pending + s > cfg.prompt_max_pending_tokens)
+
+        def book(j, amount, count, when):
+            b = np.minimum((when / _RING_S).astype(np.int64), last + L - 1) % L
+            smem[rows, j] += amount
+            rel_mem[rows, j, b] += amount
+            if count:
+                ndec[rows, j] += 1.0
+                rel_dec[rows, j, b] += 1.0
+
         for i in range(N):
             t = self.a[i]
-            cur = int(t / _BUCKET_S)
+            s, m = self.s[i], self.mem[i]
+            cur = int(t / _RING_S)
             if cur > last:
-                occ_t -= rel_t[:, last:cur].sum(axis=1)
-                occ_m -= rel_m[:, last:cur].sum(axis=1)
+                idx = np.arange(last, cur) % L
+                smem -= rel_mem[:, :, idx].sum(axis=2)
+                ndec -= rel_dec[:, :, idx].sum(axis=2)
+                rel_mem[:, :, idx] = 0.0
+                rel_dec[:, :, idx] = 0.0
                 last = cur
-                if mixed_on:   # borrowed machines go home once their decodes are done
-                    borrowed = np.minimum(borrowed, np.ceil(np.maximum(occ_m, 0.0) / self.cap_p - 1e-9).astype(np.int64))
-            m = self.mem[i]
-            to_token = occ_t + m < cap_t_pool
+                if mixed_on:   # a borrowed machine goes home once nothing is booked on it
+                    idle = (role == _MIXED) & (ndec < 0.5) & (W <= t)
+                    if idle.any():
+                        role = np.where(idle, home, role)
+                        pen_p, pen_t, pen_m = penalties()
+                        any_mixed = bool((role == _MIXED).any())
+            # prompt machine: the prompt pool's least loaded unless its queue is long, then the mixed
+            # pool (least loaded: the machine that frees first, one token per booked decode)
+            key = np.maximum(W - t, 0.0) * tokens_per_s + ndec
+            pj, ok_p = pick(pen_p, key)
+            ok_p &= ~long_queue(pj, s)
+            # token machine: least booked memory that still fits, token pool then mixed pool
+            tj, ok_t = pick(pen_t, smem)
+            ok_t &= smem[rows, tj] + m < cap[tj]
             if mixed_on:
-                to_mixed = ~to_token & (occ_m + m < borrowed * self.cap_p)
-                borrow = ~to_token & ~to_mixed & (borrowed < self.cp - 1)
-                borrowed += borrow
-                to_mixed |= borrow
-                to_token |= ~to_mixed     # nothing free: wait for memory on the token pool
-            else:
-                to_mixed = np.zeros(D, dtype=bool)
-            oom |= to_token & (occ_t + m >= cap_t_pool)
-            st["avail"] = arange_c < (self.cp - borrowed)[:, None]
-            pmach[:, i], _, _, _, ready = self._prompt_step(t=t, i=i, decodes=0.0, **st)
-            ready = ready + self.xfer[i]
-            # decode: output-1 iterations at the pool's current batch size, after joining a batch
-            nd_t = np.clip(occ_t * inv_t, 1, _MAX_DECODES).astype(np.int64)
-            nd_m = np.clip(occ_m / (self.mean_mem * np.maximum(borrowed, 1)), 1, _MAX_DECODES).astype(np.int64)
-            tau = np.where(to_mixed, ttab_p[nd_m], ttab_t[nd_t])
-            tau_req[:, i] = tau
-            dmach[:, i] = np.where(to_mixed, self.cp - 1 - i % np.maximum(borrowed, 1), -1)
+                if any_mixed:
+                    need = ~ok_p
+                    if need.any():
+                        mj, ok_m = pick(pen_m, key)
+                        ok_m &= ~long_queue(mj, s) & need
+                        pj = np.where(ok_m, mj, pj)
+                        ok_p |= ok_m
+                    need = ~ok_t
+                    if need.any():
+                        mj, ok_m = pick(pen_m, smem)
+                        ok_m &= (smem[rows, mj] + m < cap[mj]) & need
+                        tj = np.where(ok_m, mj, tj)
+                        ok_t |= ok_m
+                if not ok_p.all():   # borrow a token machine for prompts
+                    bj, ok_b = pick(pen_t, ndec)
+                    ok_b &= ~ok_p
+                    if ok_b.any():
+                        lend(ok_b, bj)
+                        any_mixed = True
+                    pj = np.where(ok_b, bj, pj)
+                    ok_p |= ok_b
+                if not ok_t.all():   # borrow a prompt machine for decodes
+                    bj, ok_b = pick(pen_p, smem)
+                    ok_b &= ~ok_t
+                    if ok_b.any():
+                        lend(ok_b, bj)
+                        any_mixed = True
+                    tj = np.where(ok_b, bj, tj)
+                    ok_t |= ok_b
+                stuck = ~(ok_p & ok_t)
+                if stuck.any():   # nowhere to go: prompt and decode on the least loaded machine
+                    fj, _ = pick(np.where(exists, 0.0, inf), key)
+                    pj = np.where(stuck, fj, pj)
+                    tj = np.where(stuck, fj, tj)
+                    oom |= stuck & (smem[rows, fj] + m >= cap[fj])
+            else:   # strict pools: wait for memory on the token pool
+                oom |= ~ok_t
+            same = pj == tj
+            # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
+            d_p = ndec[rows, pj]
+            tok_p = pj >= Cp
+            tau_p = np.where(tok_p, ttab_t[np.clip(d_p, 1, _MAX_DECODES).astype(np.int64)],
+                             ttab_p[np.clip(d_p, 1, _MAX_DECODES).astype(np.int64)])
+            W[rows, pj] = np.where((W[rows, pj] <= t) & (d_p > 0), t + self.u[i] * tau_p, W[rows, pj])
+            _, start, _, _, _, end_p = self._prompt_step(t=t, i=i, decodes=d_p, on_token=tok_p, j=pj, **st)
+            k = q_ptr[rows, pj]
+            q_start[rows, pj, k] = start
+            q_end[rows, pj, k] = end_p
+            q_tok[rows, pj, k] = s
+            q_ptr[rows, pj] = (k + 1) % R
+            ready = end_p + np.where(same, 0.0, self.xfer[i])
+            # the decode: output-1 iterations at its machine's batch size, after joining a batch
+            nd = np.clip(ndec[rows, tj] + 1.0, 1, _MAX_DECODES).astype(np.int64)
+            tau = np.where(tj >= Cp, ttab_t[nd], ttab_p[nd])
             end = ready + tau * (self.n[i] - 1.0 + self.u[i])
-            over = np.maximum(occ_t + m - cap_t_pool, 0.0)          # wait for memory to free up
-            end = end + np.where(to_token & (over > 0), over / np.maximum(cap_t_pool, 1.0) * 1.0, 0.0)
-            b = np.minimum((end / _BUCKET_S).astype(np.int64), self.nb - 1)
-            occ_t += np.where(to_token, m, 0.0)
-            occ_m += np.where(to_mixed, m, 0.0)
-            rel_t[rows, b] += np.where(to_token, m, 0.0)
-            rel_m[rows, b] += np.where(to_mixed, m, 0.0)
+            book(pj, np.where(same, 0.0, kv[i] * (s + 1.0)), False, ready)   # freed after the transfer
+            book(tj, m, True, end)
+            tau_req[:, i] = tau
+            pmach[:, i] = pj
+            dmach[:, i] = tj
         ttft = self._ttft(st)
-        t1 = self.a[None, :] + ttft + self.xfer[None, :]
+        t1 = self.a[None, :] + ttft + np.where(pmach == dmach, 0.0, self.xfer[None, :])
         base = tau_req * (self.n[None, :] - 1.0 + self.u[None, :])
+        busy = _MachineBusy(st, M, pmach)
+        ran_prompts = np.zeros((D, M), dtype=bool)
+        ran_prompts[rows[:, None], pmach] = True
+        hit = ran_prompts[rows[:, None], dmach]     # only these decodes can wait for prompt batches
         t2 = t1 + base
-        if np.any(dmach >= 0):
-            busy = _MachineBusy(st, self.C, pmach)
-            on_mixed = dmach >= 0
-            for _ in range(3):
-                t2 = t1 + base + busy.between(dmach, t1, t2, credit=tau_req, mask=on_mixed)
+        for _ in range(3):   # a decode also waits out the prompt batches of its machine
+            t2 = t1 + base + busy.between(dmach, t1, t2, credit=tau_req, mask=hit)
         e2e = t2 - self.a[None, :]
         util = self._utilization(st, tau_req, e2e)
         return FluidOutcome(ttft, e2e, util, oom)
@@ -252,7 +372,6 @@ class _Run:
         tau_req = np.zeros((D, N))
         ttab = self.ttab_p
         tokens_per_s = self.cfg.max_batch_tokens / float(self.prompt_lat.prompt_time(self.cfg.max_batch_tokens))
-        only = np.zeros_like(st["avail"])
         for i in range(N):
             t = self.a[i]
             dec = (dend > t).sum(axis=2)                           # decodes per machine
@@ -266,15 +385,9 @@ class _Run:
             W = st["W"]
             idle = W[rows, j] <= t
             W[rows, j] = np.where(idle & (d_j > 0), t + self.u[i] * tau, W[rows, j])
-            only[:] = False
-            only[rows, j] = True
-            saved = st["avail"]
-            st["avail"] = only
-            _, start, delta, ride, ready = self._prompt_step(t=t, i=i, decodes=d_j, **st)
-            st["avail"] = saved
+            _, start, delta, fresh, ride, ready = self._prompt_step(t=t, i=i, decodes=d_j, j=j, **st)
             # the machine's running decodes wait out the new batch time
             ends = dend[rows, j]
-            fresh = st["ob_tok"][rows, j] == self.s[i]
             loss = delta[:, None] - np.where((fresh & ride)[:, None], dtau[rows, j], 0.0)
             dend[rows, j] = ends + np.where(ends > start[:, None], np.maximum(loss, 0.0), 0.0)
             tau_req[:, i] = tau

@@ -106,13 +106,13 @@ def test_fluid_tracks_the_oracle(design, n_prompt, n_token, rate, workload):
     assert np.median(np.abs(f / o - 1)) < 0.15, (f, o)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: the fluid model underrates how much decodes on "
-                   "borrowed (mixed-pool) machines slow down when the token pool is starved")
 def test_fluid_tracks_the_oracle_when_the_token_pool_is_starved():
+    # Decodes spill onto borrowed prompt machines (the mixed pool) and are slowed by their prompts.
     stream = load_workload("coding").generate(25.0, duration_s=40.0, seed=3)
     fluid = Simulator(stream, method="fluid").run("HHcap", 9, 2)
     oracle = Simulator(stream, method="events").run("HHcap", 9, 2)
     assert fluid.latency_s["tbt"][90] == pytest.approx(oracle.latency_s["tbt"][90], rel=0.3)
+    assert fluid.latency_s["e2e"][90] == pytest.approx(oracle.latency_s["e2e"][90], rel=0.3)
 
 
 def test_a_batch_of_designs_gives_what_each_gives_alone():
@@ -122,7 +122,8 @@ def test_a_batch_of_designs_gives_what_each_gives_alone():
     batch = sim.run_many("HH", pts)
     for pt, r in zip(pts, batch):
         alone = sim.run("HH", *pt)
-        assert alone.latency_s == r.latency_s
+        for metric, pcts in alone.latency_s.items():   # equal up to float summation order
+            assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
 
 
 def test_more_prompt_machines_never_raise_ttft_much():
