@@ -38,7 +38,7 @@ _RING = 512            # buckets in the ring: releases up to 128 s ahead
 _PENDING = 8           # prompts remembered per machine for the queue-length rule
 _PROMPT, _TOKEN, _MIXED, _ABSENT = 0, 1, 2, 3   # machine roles
 _CHUNK = 256          # designs simulated together (memory grows with designs x requests)
-_DECODE_SLOTS = 16
+_DECODE_SLOTS = 16      # decodes tracked per baseline machine (more only when overloaded)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 
 
@@ -227,6 +227,8 @@ class _Run:
             pen_m[r, c] = 0.0
 
         def long_queue(j, s):
+            if not (W[rows, j] > t).any():   # no machine busy: no queue anywhere
+                return np.zeros(D, dtype=bool)
             pending = (q_tok[rows, j] * (q_end[rows, j] > t)).sum(axis=1)
             queued = (q_start[rows, j] > t).any(axis=1)
             return queued & (pending + s > cfg.prompt_max_pending_tokens)
