@@ -95,6 +95,13 @@ def root(
     search_method: str = typer.Option("auto", "--search-method", help="Search simulator: auto, fluid or events."),
     confirm_method: str = typer.Option("events", "--confirm-method", help="Confirming simulator: events or fluid."),
     margin: float = typer.Option(0.0, "--margin", help="Search for tightest SLO ratio below 1 - margin."),
+    storage: Optional[str] = typer.Option(
+        None, "--storage", metavar="URL",
+        help="Keep the search's Optuna trials: sqlite:///plan.db or postgresql://USER@HOST/DB (default: in memory). "
+             "Resumable; `splitwise-plan worker` processes can join."),
+    study: Optional[str] = typer.Option(
+        None, "--study", metavar="NAME",
+        help="Study name prefix in --storage, one study NAME/<design> per design (default: derived from the inputs)."),
     json_out: Optional[str] = typer.Option(
         None, "--json", metavar="FILE", rich_help_panel="Output",
         help="Write the JSON report (inputs, each design's result, winner, gains) to FILE; '-': print it instead of the table."),
@@ -124,7 +131,7 @@ def root(
         trace=str(trace) if trace else None, slos=str(slo) if slo else None,
         machines_file=str(machines_file) if machines_file else None, profiles=str(profiles) if profiles else None,
         designs=designs, duration=duration, seed=seed, seeds=seeds, jobs=jobs, tp=tp, strategy=strategy,
-        search_method=search_method, confirm_method=confirm_method, margin=margin)
+        search_method=search_method, confirm_method=confirm_method, margin=margin, storage=storage, study=study)
     _plan_and_report(req, json_out, csv_out, plot, quiet)
 
 
@@ -276,3 +283,4 @@ def main(argv: list[str] | None = None) -> int:
 
 # simulate, sweep, check and capacity live in their own module; importing it registers them on ``app``.
 from . import cli_simulate as _cli_simulate  # noqa: E402,F401
+from . import cli_worker as _cli_worker  # noqa: E402,F401  (the worker command)

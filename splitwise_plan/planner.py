@@ -84,6 +84,8 @@ class PlanRequest:
     limits: tuple = ()                 # ((design, prompt max, token max), ...) overriding the grid
     margin: float = 0.0                # the search asks the tightest SLO ratio to stay below 1 - margin
     max_confirm: int = 8               # candidates the confirm simulator may reject before giving up
+    storage: str | None = None         # Optuna storage URL (sqlite:///plan.db, postgresql://...); None: in memory
+    study: str | None = None           # study name prefix, one study PREFIX/SHORT per design (default: from the inputs)
 
     def __post_init__(self) -> None:
         if self.goal not in GOALS:
@@ -123,6 +125,9 @@ class PlanRequest:
             raise SplitwisePlanError(f"batch must be a positive integer, got {self.batch!r}")
         names = parse_designs(self.designs)
         object.__setattr__(self, "designs", names)
+        if self.storage is not None or self.study is not None:
+            from .study import check_request   # validates, connects; strategy optuna with a storage
+            check_request(self)
 
     @property
     def objective(self) -> str:
@@ -393,6 +398,9 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
     opts = {"batch": batch}
     if req.strategy == "optuna":
         opts.update(seed=req.seed)
+    if req.storage is not None:   # trials kept in an Optuna storage: one study per (question, design)
+        from .study import search_options
+        opts.update(search_options(req, d, method, space, (up, ut), rate, batch))
     while True:
         sr = search(ev, space, req.strategy, exclude=excluded, **opts)
         if sr.best is None:

@@ -13,7 +13,9 @@ Three strategies share one :class:`Evaluator` (which caches and counts simulator
 - ``"optuna"``: an Optuna study (seeded TPE sampler with the SLO ratio as a
   constraint) explores the space first; its trials seed the frontier walk, which
   then certifies the optimum, so the answer is the same and the trials live in an
-  Optuna storage (``storage=...``) that other tools can read.
+  Optuna storage (``storage=...``) that other tools can read. With a persistent storage
+  (SQLite, PostgreSQL) a study is resumable and shared by worker processes: see
+  :mod:`.study`.
 - ``"exhaustive"``: the whole grid, for tests and benchmarks.
 
 Points the capacity model proves infeasible are never simulated.
@@ -61,6 +63,11 @@ class Evaluator:
         self.evaluations = 0
         self.calls = 0
         self.seconds = 0.0
+        #: optional hooks (None: plain in-memory caching): ``prefetch(points)`` may fill the
+        #: cache before a call (results other processes stored), ``record(points, results)``
+        #: sees every new simulation (to store it); used by :mod:`.study`
+        self.prefetch: Callable[[list[Point]], None] | None = None
+        self.record: Callable[[list[Point], list], None] | None = None
 
     def ok(self, result) -> bool:
         """Does a simulation result pass (every SLO met, and within the threshold if below 1)?"""
@@ -75,6 +82,8 @@ class Evaluator:
         return self.ok(self.cache[pt])
 
     def __call__(self, points: Sequence[Point]) -> list:
+        if self.prefetch is not None:
+            self.prefetch([tuple(map(int, p)) for p in points])
         todo = list(dict.fromkeys(tuple(map(int, p)) for p in points if tuple(map(int, p)) not in self.cache))
         if todo:
             t0 = time.perf_counter()
@@ -96,6 +105,8 @@ class Evaluator:
             self.evaluations += len(todo)
             for pt, r in zip(todo, results):
                 self.cache[pt] = r
+            if self.record is not None:
+                self.record(todo, results)
         return [self.cache[tuple(map(int, p))] for p in points]
 
 
@@ -247,52 +258,35 @@ def exhaustive_search(evaluate: Evaluator, space: Space, *, prune: bool = False,
 
 
 def optuna_search(evaluate: Evaluator, space: Space, *, n_trials: int = 24, batch: int = 8, seed: int = 0,
-                  storage=None, study_name: str | None = None, exclude: Sequence[Point] = ()) -> SearchResult:
-    """Optuna TPE exploration (SLO ratio as constraint), then the frontier walk certifies the optimum."""
-    import optuna
+                  storage=None, study_name: str | None = None, exclude: Sequence[Point] = (),
+                  study_attrs: dict | None = None) -> SearchResult:
+    """Optuna TPE exploration (SLO ratio as constraint), then the frontier walk certifies the optimum.
+
+    ``storage``: None (in memory), a URL (``sqlite:///plan.db``, ``postgresql://...``) or an
+    Optuna storage. With a persistent storage and a ``study_name`` the trials survive the
+    process: a second call (a resumed run, or another worker) reuses every stored
+    simulation, asks only the trials still missing from the study's ``n_trials``, and
+    the frontier walk's own simulations are stored as trials too (see :mod:`.study`).
+    ``study_attrs`` describe the question; they are stored with a new study and must match
+    those of an existing one.
+    """
+    from . import study as st
 
     t0 = time.perf_counter()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    new_api = hasattr(optuna.trial.Trial, "set_constraint")   # Optuna >= 5
-    kw = {} if new_api else {"constraints_func": lambda tr: tr.user_attrs.get("constraint", (1.0,))}
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(8, n_trials), constant_liar=True, **kw)
-    study = optuna.create_study(direction="minimize", sampler=sampler, storage=storage,
-                                study_name=study_name, load_if_exists=study_name is not None)
-    lower = space.lower()
-    p_lo, p_hi = space.p_range
-    t_lo, t_hi = space.t_range
-    excluded = set(map(tuple, exclude))
-    done = 0
-    while done < n_trials:
-        trials, pts = [], []
-        for _ in range(min(batch, n_trials - done)):
-            tr = study.ask()
-            p = tr.suggest_int("prompt", p_lo, p_hi)
-            t = tr.suggest_int("token", t_lo, t_hi) if t_hi > t_lo else t_lo
-            trials.append(tr)
-            pts.append((p, t))
-        feasible = [pt for pt in pts if pt[1] >= lower[pt[0] - p_lo]]
-        if feasible:
-            evaluate(feasible)
-        for tr, pt in zip(trials, pts):
-            if pt in evaluate.cache:
-                r = evaluate.cache[pt]
-                ratio = float(r.tightest.get("ratio", math.inf)) if r.tightest else (0.0 if r.slo_met else 2.0)
-                ok = evaluate.ok(r) and pt not in excluded
-                c = (ratio - 1.0 if ok else max(ratio - 1.0, 1e-9)) if math.isfinite(ratio) else 1e9
-            else:
-                c = 1e9  # pruned by the capacity model: not simulated
-            if new_api:
-                tr.set_constraint("slo", float(c))
-            else:
-                tr.set_user_attr("constraint", (c,))
-            study.tell(tr, float(space.key(*pt)[0]))
-        done += len(trials)
+    study, rdb = st.open_study(storage, study_name, seed=seed, n_trials=n_trials, attrs=study_attrs)
+    stats = st.explore(study, evaluate, space, n_trials=n_trials, batch=batch, exclude=exclude, rdb=rdb)
     explored = evaluate.evaluations
-    fr = frontier_search(evaluate, space, batch=batch, exclude=exclude)
-    return SearchResult(fr.best, fr.result, evaluate.evaluations, fr.rounds + math.ceil(n_trials / batch),
+    hooks = evaluate.prefetch, evaluate.record
+    if rdb is not None:            # the certification reads and stores trials too
+        st.attach(study, evaluate, space, exclude=exclude, phase="frontier")
+    try:
+        fr = frontier_search(evaluate, space, batch=batch, exclude=exclude)
+    finally:
+        evaluate.prefetch, evaluate.record = hooks
+    where = f" in study {study.study_name!r}: {stats.summary()}" if rdb is not None else ""
+    return SearchResult(fr.best, fr.result, evaluate.evaluations, fr.rounds + stats.rounds,
                         space.size, space.candidates(), time.perf_counter() - t0,
-                        f"optuna({explored} explored)+frontier", fr.excluded)
+                        f"optuna({explored} explored{where})+frontier", fr.excluded)
 
 
 def search(evaluate: Evaluator, space: Space, strategy: str = "frontier", **kw) -> SearchResult:

@@ -1,0 +1,59 @@
+"""The ``worker`` command: join a planner's Optuna studies from another process or machine.
+
+It hangs off the ``app`` of :mod:`splitwise_plan.cli` (imported at its end). The study
+holds its question (see :mod:`splitwise_plan.study`), so the worker needs only the
+storage URL and the study name: it rebuilds the simulator and the search space, then
+asks, simulates and tells trials until the study holds its number of trials.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from .cli import app
+from .cli_simulate import STDOUT, ReportCommand
+
+
+@app.command("worker", cls=ReportCommand)
+def worker_cmd(
+    storage: str = typer.Option(
+        ..., "--storage", metavar="URL", help="The planner's storage: sqlite:///plan.db or postgresql://USER@HOST/DB."),
+    study: Optional[str] = typer.Option(
+        None, "--study", metavar="NAME",
+        help="A study, or a planner's --study prefix (its studies NAME/<design>, one after another). "
+             "Default: every splitwise-plan study in the storage."),
+    trials: Optional[int] = typer.Option(
+        None, "--trials", min=1, help="Trials each study should hold (default: the number the planner set)."),
+    batch: Optional[int] = typer.Option(
+        None, "--batch", min=1, help="Trials asked and simulated together (default: the planner's batch)."),
+    wait: float = typer.Option(
+        0.0, "--wait", metavar="SECONDS", help="Wait this long for the study to appear (a planner still starting)."),
+    json_out: Optional[str] = typer.Option(
+        None, "--json", metavar="FILE", help="Write a JSON summary to FILE ('-' or no FILE: print it instead)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-study lines on stderr."),
+) -> None:
+    """Join running studies: ask, simulate and tell their trials (see --storage on the planner).
+
+    e.g. `splitwise-plan worker --storage postgresql://plan@db/plans --study sweep70`.
+    """
+    from .study import run_worker
+
+    def log(line: str) -> None:
+        if not quiet:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    out = run_worker(storage, study, trials=trials, batch=batch, wait_s=wait, log=log)
+    text = json.dumps(out, indent=2)
+    if json_out == STDOUT:
+        typer.echo(text)
+    elif json_out is not None:
+        with open(json_out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    if json_out != STDOUT:
+        typer.echo(f"worker: told {out['told']} trials ({out['simulated']} simulated) in "
+                   f"{len(out['studies'])} stud{'y' if len(out['studies']) == 1 else 'ies'}, {out['seconds']:.1f} s")
