@@ -74,7 +74,7 @@ class _Run:
         self.cfg = c0.scheduler
         self.prompt_lat = c0.prompt.latency
         self.token_lat = c0.token.latency if c0.token else c0.prompt.latency
-        kv = float(c0.model.kv_bytes_per_token)
+        kv = self.kv = float(c0.model.kv_bytes_per_token)
         self.a = np.asarray(stream.arrival_s, dtype=np.float64)
         self.s = np.asarray(stream.prompt_tokens, dtype=np.float64)
         self.n = np.asarray(stream.output_tokens, dtype=np.float64)
@@ -97,6 +97,8 @@ class _Run:
         self.ptab_t = None if same_hw else np.asarray(
             self.token_lat.prompt_time(np.arange(top + 1, dtype=np.float64)))
         self.machines = self.cp + self.ct
+        # converts a prompt backlog (seconds) to pending tokens for JSQ routing
+        self.tokens_per_s = self.cfg.max_batch_tokens / float(self.prompt_lat.prompt_time(self.cfg.max_batch_tokens))
         # where in a running iteration each request joins: uniform on (0, 1), low-discrepancy
         self.u = np.modf(0.5 + np.arange(len(self.a)) * 0.6180339887498949)[0]
 
@@ -116,14 +118,12 @@ class _Run:
         return np.where(ride > 0, MIXED_BATCH_FACTOR, 1.0) * secs, ride
 
     def _prompt_step(self, rows, W, ob_tok, ob_start, ob_id, nbatch, bstart, btok, bdur, bride, rb,
-                     avail, i, t, decodes, on_token=None, j=None):
-        """Queue request i on the machine of each design that frees first; batch it if possible.
+                     i, t, j, decodes, on_token=None):
+        """Queue request i on machine ``j`` of each design; join its next batch if it has not started.
 
-        Returns (machine, batch start, added batch time, new batch?, decodes ride along?, prompt end).
+        Returns (batch start, added batch time, new batch?, decodes ride along?, prompt end).
         """
         s = self.s[i]
-        if j is None:
-            j = np.argmin(np.where(avail, W, np.inf), axis=1)
         idle = W[rows, j] <= t
         otok = ob_tok[rows, j]
         ostart = ob_start[rows, j]
@@ -146,19 +146,18 @@ class _Run:
         ob_tok[rows, j] = np.where(idle, 0.0, new_tok)
         ob_start[rows, j] = start
         ob_id[rows, j] = bid
-        return j, start, new_cost - old_cost, fresh, ride > 0, start + new_cost
+        return start, new_cost - old_cost, fresh, ride > 0, start + new_cost
 
     def _prompt_state(self, C: int | None = None):
         D, N = self.D, len(self.a)
         C = self.C if C is None else C
         W = np.zeros((D, C))
-        avail = np.arange(C)[None, :] < self.cp[:, None]
         return dict(
             rows=np.arange(D), W=W, ob_tok=np.zeros((D, C)), ob_start=np.zeros((D, C)),
             ob_id=np.zeros((D, C), dtype=np.int64), nbatch=np.zeros(D, dtype=np.int64),
             bstart=np.zeros((D, N)), btok=np.zeros((D, N)), bdur=np.zeros((D, N)),
             bride=np.zeros((D, N), dtype=bool),
-            rb=np.zeros((D, N), dtype=np.int64), avail=avail)
+            rb=np.zeros((D, N), dtype=np.int64))
 
     # -- Splitwise ----------------------------------------------------------------------
     def splitwise(self) -> FluidOutcome:
@@ -201,8 +200,6 @@ class _Run:
         pmach = np.zeros((D, N), dtype=np.int64)
         oom = np.zeros(D, dtype=bool)
         ttab_t, ttab_p = self.ttab_t, self.ttab_p
-        tokens_per_s = cfg.max_batch_tokens / float(self.prompt_lat.prompt_time(cfg.max_batch_tokens))
-        kv = self.mem / (self.s + self.n)
         mixed_on = cfg.mixed_pool
         last = 0
         inf = np.inf
@@ -225,6 +222,16 @@ class _Run:
             pen_p[r, c] = inf
             pen_t[r, c] = inf
             pen_m[r, c] = 0.0
+
+        def borrow(pen, key, j, ok):
+            """Where ``ok`` fails, lend the pool's least-``key`` machine to the mixed pool and use it."""
+            nonlocal any_mixed
+            bj, ok_b = pick(pen, key)
+            ok_b &= ~ok
+            if ok_b.any():
+                lend(ok_b, bj)
+                any_mixed = True
+            return np.where(ok_b, bj, j), ok | ok_b
 
         def long_queue(j, s):
             if not (W[rows, j] > t).any():   # no machine busy: no queue anywhere
@@ -260,7 +267,7 @@ class _Run:
                         any_mixed = bool((role == _MIXED).any())
             # prompt machine: the prompt pool's least loaded unless its queue is long, then the mixed
             # pool (least loaded: the machine that frees first, one token per booked decode)
-            key = np.maximum(W - t, 0.0) * tokens_per_s + ndec
+            key = np.maximum(W - t, 0.0) * self.tokens_per_s + ndec
             pj, ok_p = pick(pen_p, key)
             ok_p &= ~long_queue(pj, s)
             # token machine: least booked memory that still fits, token pool then mixed pool
@@ -281,21 +288,9 @@ class _Run:
                         tj = np.where(ok_m, mj, tj)
                         ok_t |= ok_m
                 if not ok_p.all():   # borrow a token machine for prompts
-                    bj, ok_b = pick(pen_t, ndec)
-                    ok_b &= ~ok_p
-                    if ok_b.any():
-                        lend(ok_b, bj)
-                        any_mixed = True
-                    pj = np.where(ok_b, bj, pj)
-                    ok_p |= ok_b
+                    pj, ok_p = borrow(pen_t, ndec, pj, ok_p)
                 if not ok_t.all():   # borrow a prompt machine for decodes
-                    bj, ok_b = pick(pen_p, smem)
-                    ok_b &= ~ok_t
-                    if ok_b.any():
-                        lend(ok_b, bj)
-                        any_mixed = True
-                    tj = np.where(ok_b, bj, tj)
-                    ok_t |= ok_b
+                    tj, ok_t = borrow(pen_p, smem, tj, ok_t)
                 stuck = ~(ok_p & ok_t)
                 if stuck.any():   # nowhere to go: prompt and decode on the least loaded machine
                     fj, _ = pick(np.where(exists, 0.0, inf), key)
@@ -311,7 +306,7 @@ class _Run:
             tau_p = np.where(tok_p, ttab_t[np.clip(d_p, 1, _MAX_DECODES).astype(np.int64)],
                              ttab_p[np.clip(d_p, 1, _MAX_DECODES).astype(np.int64)])
             W[rows, pj] = np.where((W[rows, pj] <= t) & (d_p > 0), t + self.u[i] * tau_p, W[rows, pj])
-            _, start, _, _, _, end_p = self._prompt_step(t=t, i=i, decodes=d_p, on_token=tok_p, j=pj, **st)
+            start, _, _, _, end_p = self._prompt_step(t=t, i=i, decodes=d_p, on_token=tok_p, j=pj, **st)
             k = q_ptr[rows, pj]
             q_start[rows, pj, k] = start
             q_end[rows, pj, k] = end_p
@@ -322,7 +317,7 @@ class _Run:
             nd = np.clip(ndec[rows, tj] + 1.0, 1, _MAX_DECODES).astype(np.int64)
             tau = np.where(tj >= Cp, ttab_t[nd], ttab_p[nd])
             end = ready + tau * (self.n[i] - 1.0 + self.u[i])
-            book(pj, np.where(same, 0.0, kv[i] * (s + 1.0)), False, ready)   # freed after the transfer
+            book(pj, np.where(same, 0.0, self.kv * (s + 1.0)), False, ready)   # freed after the transfer
             book(tj, m, True, end)
             tau_req[:, i] = tau
             pmach[:, i] = pj
@@ -366,6 +361,7 @@ class _Run:
         D, N = self.D, len(self.a)
         st = self._prompt_state()
         rows = st["rows"]
+        present = np.arange(self.C)[None, :] < self.cp[:, None]   # machines of each design
         K = _DECODE_SLOTS
         dend = np.zeros((D, self.C, K))        # end times of the decodes on each machine
         dtau = np.zeros((D, self.C, K))        # their decode iteration times
@@ -373,13 +369,12 @@ class _Run:
         done = np.zeros((D, N + 1))            # last-token times; column N takes empty slots
         tau_req = np.zeros((D, N))
         ttab = self.ttab_p
-        tokens_per_s = self.cfg.max_batch_tokens / float(self.prompt_lat.prompt_time(self.cfg.max_batch_tokens))
         for i in range(N):
             t = self.a[i]
             dec = (dend > t).sum(axis=2)                           # decodes per machine
             # JSQ on pending tokens: queued prompt tokens (from the backlog) plus one per decode
-            key = np.maximum(st["W"] - t, 0.0) * tokens_per_s + dec
-            key = np.where(st["avail"], key, np.inf)
+            key = np.maximum(st["W"] - t, 0.0) * self.tokens_per_s + dec
+            key = np.where(present, key, np.inf)
             j = np.argmin(key, axis=1)
             d_j = dec[rows, j].astype(np.float64)
             tau = ttab[np.maximum(dec[rows, j], 1)]
@@ -387,7 +382,7 @@ class _Run:
             W = st["W"]
             idle = W[rows, j] <= t
             W[rows, j] = np.where(idle & (d_j > 0), t + self.u[i] * tau, W[rows, j])
-            _, start, delta, fresh, ride, ready = self._prompt_step(t=t, i=i, decodes=d_j, j=j, **st)
+            start, delta, fresh, ride, ready = self._prompt_step(t=t, i=i, decodes=d_j, j=j, **st)
             # the machine's running decodes wait out the new batch time
             ends = dend[rows, j]
             loss = delta[:, None] - np.where((fresh & ride)[:, None], dtau[rows, j], 0.0)
