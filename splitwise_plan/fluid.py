@@ -37,7 +37,7 @@ _RING_S = 0.25         # time resolution of the per-machine release ring
 _RING = 512            # buckets in the ring: releases up to 128 s ahead
 _PENDING = 8           # prompts remembered per machine for the queue-length rule
 _PROMPT, _TOKEN, _MIXED, _ABSENT = 0, 1, 2, 3   # machine roles
-_CHUNK = 256          # designs simulated together (memory grows with designs x requests)
+_CHUNK = 1024         # designs simulated together (memory grows with designs x requests)
 _DECODE_SLOTS = 16      # decodes tracked per baseline machine (more only when overloaded)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 
@@ -117,68 +117,26 @@ class _Run:
             secs = np.where(on_token, self.ptab_t[idx], secs)
         return np.where(ride > 0, MIXED_BATCH_FACTOR, 1.0) * secs, ride
 
-    def _prompt_step(self, rows, W, ob_tok, ob_start, ob_id, nbatch, bstart, btok, bdur, bride, rb,
-                     i, t, j, decodes, on_token=None):
-        """Queue request i on machine ``j`` of each design; join its next batch if it has not started.
-
-        Returns (batch start, added batch time, new batch?, decodes ride along?, prompt end).
-        """
-        s = self.s[i]
-        idle = W[rows, j] <= t
-        otok = ob_tok[rows, j]
-        ostart = ob_start[rows, j]
-        joinable = (~idle) & (otok > 0) & (ostart > t) & (otok + s <= self.cfg.max_batch_tokens)
-        # cost of the batch on this machine (mixed batches where decodes ride along)
-        old_cost = np.where(joinable, self._batch_cost(otok, decodes, on_token)[0], 0.0)
-        new_tok = np.where(joinable, otok + s, s)
-        new_cost, ride = self._batch_cost(new_tok, decodes, on_token)
-        start = np.where(idle, t, np.where(joinable, ostart, W[rows, j]))
-        W[rows, j] = np.where(idle, t, W[rows, j]) + new_cost - old_cost
-        bid = np.where(joinable, ob_id[rows, j], nbatch)
-        fresh = ~joinable
-        nbatch += fresh
-        bstart[rows, bid] = start
-        btok[rows, bid] = new_tok
-        bdur[rows, bid] = new_cost
-        bride[rows, bid] = ride > 0
-        rb[:, i] = bid
-        # the next joinable batch of the machine: only one that has not started yet
-        ob_tok[rows, j] = np.where(idle, 0.0, new_tok)
-        ob_start[rows, j] = start
-        ob_id[rows, j] = bid
-        return start, new_cost - old_cost, fresh, ride > 0, start + new_cost
-
-    def _prompt_state(self, C: int | None = None):
-        D, N = self.D, len(self.a)
-        C = self.C if C is None else C
-        W = np.zeros((D, C))
-        return dict(
-            rows=np.arange(D), W=W, ob_tok=np.zeros((D, C)), ob_start=np.zeros((D, C)),
-            ob_id=np.zeros((D, C), dtype=np.int64), nbatch=np.zeros(D, dtype=np.int64),
-            bstart=np.zeros((D, N)), btok=np.zeros((D, N)), bdur=np.zeros((D, N)),
-            bride=np.zeros((D, N), dtype=bool),
-            rb=np.zeros((D, N), dtype=np.int64))
 
     # -- Splitwise ----------------------------------------------------------------------
     def splitwise(self) -> FluidOutcome:
         """Prompt and token pools with the reference's cluster-level rules, machine by machine.
 
-        Columns are machines: the prompt pool first, then the token pool. Each machine
-        has a role (prompt pool, token pool or mixed pool), booked KV memory and booked
-        decodes, released through a ring of time buckets. A prompt goes to the prompt
-        pool's least-loaded machine unless its queue is long, then to the mixed pool,
-        then borrows a token machine; a decode goes to the token machine with the least
-        booked memory that fits, then to the mixed pool, then borrows a prompt machine.
-        Borrowed machines return to their pool once they have nothing booked. Prompt
-        batches on any machine delay the decodes running there (``_MachineBusy``).
+        Columns are machines: the prompt pool first (``Cp``), then the token pool. Each
+        machine has a role (prompt pool, token pool or mixed pool), booked KV memory and
+        booked decodes, released through a ring of time buckets. A prompt goes to the
+        prompt pool's least-loaded machine unless its queue is long, then to the mixed
+        pool, then borrows a token machine; a decode goes to the token machine with the
+        least booked memory that fits, then to the mixed pool, then borrows a prompt
+        machine. Borrowed machines return to their pool once they have nothing booked.
+        Prompt batches on any machine delay the decodes running there (``_MachineBusy``).
         """
         D, N = self.D, len(self.a)
         cfg = self.cfg
         Cp, Ct = self.C, int(self.ct.max())
         M = Cp + Ct
-        st = self._prompt_state(M)
-        rows = st["rows"]
-        W = st["W"]
+        pq = _PromptQueues(self, M)
+        rows, W = pq.rows, pq.W
         col = np.arange(M)[None, :]
         on_token_col = col >= Cp
         exists = np.where(on_token_col, (col - Cp) < self.ct[:, None], col < self.cp[:, None])
@@ -188,166 +146,170 @@ class _Run:
         smem = np.zeros((D, M))                 # booked KV bytes (the reference's sched_memory)
         ndec = np.zeros((D, M))                 # booked decodes
         L = _RING
-        rel_mem = np.zeros((D, M, L), dtype=np.float32)
-        rel_dec = np.zeros((D, M, L), dtype=np.float32)
+        rel_mem = np.zeros((L, D, M), dtype=np.float32)   # releases by time bucket
+        rel_dec = np.zeros((L, D, M), dtype=np.float32)
+        rel_flat = rows * M                     # + machine, + bucket * D * M: flat ring index
         R = _PENDING
-        q_start = np.zeros((D, M, R))           # the last prompts queued on each machine
-        q_end = np.zeros((D, M, R))
-        q_tok = np.zeros((D, M, R))
-        q_ptr = np.zeros((D, M), dtype=np.int64)
-        tau_req = np.zeros((D, N))
-        dmach = np.zeros((D, N), dtype=np.int64)
-        pmach = np.zeros((D, N), dtype=np.int64)
+        q_end = np.zeros((D * M, R))            # the last prompts queued on each machine
+        q_tok = np.zeros((D * M, R))
+        q_ptr = np.zeros(D * M, dtype=np.int64)
+        tau_req = np.zeros((N, D))              # requests x designs: the loop writes rows in order
+        dmach = np.zeros((N, D), dtype=np.int32)
+        pmach = np.zeros((N, D), dtype=np.int32)
         oom = np.zeros(D, dtype=bool)
-        ttab_t, ttab_p = self.ttab_t, self.ttab_p
+        ttab = np.stack([self.ttab_p, self.ttab_t])   # token time by (on a token machine?, batch size)
+        inv_tps = 1.0 / self.tokens_per_s
+        max_pending = cfg.prompt_max_pending_tokens
         mixed_on = cfg.mixed_pool
         last = 0
         inf = np.inf
-
-        def pick(pen, key):
-            """Least ``key`` among the machines whose penalty is 0 (the others have inf)."""
-            j = np.argmin(key + pen, axis=1)
-            return j, pen[rows, j] == 0.0
 
         def penalties():
             return tuple(np.where(role == r, 0.0, inf) for r in (_PROMPT, _TOKEN, _MIXED))
 
         pen_p, pen_t, pen_m = penalties()
+        absent = np.where(exists, 0.0, inf)
         any_mixed = False
 
-        def lend(where_, j):
-            """Move machine j of the designs in ``where_`` to the mixed pool."""
-            r, c = rows[where_], j[where_]
-            role[r, c] = _MIXED
-            pen_p[r, c] = inf
-            pen_t[r, c] = inf
-            pen_m[r, c] = 0.0
+        # keys of the cluster-level scheduler, for designs r and machines lo..hi
+        def jsq(r, lo, hi):
+            """Pending work: seconds of queued prompts plus one token per booked decode."""
+            return np.maximum(W[r, lo:hi], t) + ndec[r, lo:hi] * inv_tps
 
-        def borrow(pen, key, j, ok):
-            """Where ``ok`` fails, lend the pool's least-``key`` machine to the mixed pool and use it."""
+        def memory(r, lo, hi):
+            return smem[r, lo:hi]
+
+        def decodes(r, lo, hi):
+            return ndec[r, lo:hi]
+
+        def pick(r, pen, key, lo, hi):
+            """Least ``key`` among machines lo..hi of designs r whose penalty is 0 (the others have inf)."""
+            j = np.argmin(key(r, lo, hi) + pen[r, lo:hi], axis=1) + lo
+            return j, pen[r, j] == 0.0
+
+        def long_queue(r, j, s):
+            """The reference's rule: a prompt is queued and pending tokens (with this one) exceed the limit."""
+            out = pq.ob_start[r, j] > t          # the machine's last batch has not started: a queue
+            q = np.flatnonzero(out)
+            if q.size:
+                f = r[q] * M + j[q]
+                out[q] = (q_tok[f] * (q_end[f] > t)).sum(axis=1) + s > max_pending
+            return out
+
+        def fits(r, j, m):
+            return smem[r, j] + m < cap[j]
+
+        def mixed(bad, key, j, ok, check):
+            """Designs ``bad`` try the mixed pool's least-``key`` machine; returns those still without one."""
+            mj, ok_m = pick(bad, pen_m, key, 0, M)
+            ok_m &= check(bad, mj)
+            j[bad[ok_m]] = mj[ok_m]
+            ok[bad[ok_m]] = True
+            return bad[~ok_m]
+
+        def borrow(bad, pen, key, lo, hi, j, ok):
+            """Designs ``bad`` lend the pool's least-``key`` machine (lo..hi) to the mixed pool and use it."""
             nonlocal any_mixed
-            bj, ok_b = pick(pen, key)
-            ok_b &= ~ok
-            if ok_b.any():
-                lend(ok_b, bj)
+            bj, ok_b = pick(bad, pen, key, lo, hi)
+            r, c = bad[ok_b], bj[ok_b]
+            if r.size:
+                role[r, c] = _MIXED
+                pen_p[r, c] = inf
+                pen_t[r, c] = inf
+                pen_m[r, c] = 0.0
                 any_mixed = True
-            return np.where(ok_b, bj, j), ok | ok_b
-
-        def long_queue(j, s):
-            if not (W[rows, j] > t).any():   # no machine busy: no queue anywhere
-                return np.zeros(D, dtype=bool)
-            pending = (q_tok[rows, j] * (q_end[rows, j] > t)).sum(axis=1)
-            queued = (q_start[rows, j] > t).any(axis=1)
-            return queued & (pending + s > cfg.prompt_max_pending_tokens)
+            j[r] = c
+            ok[r] = True
 
         def book(j, amount, count, when):
-            b = np.minimum((when / _RING_S).astype(np.int64), last + L - 1) % L
-            smem[rows, j] += amount
-            rel_mem[rows, j, b] += amount
+            b = np.minimum((when / _RING_S).astype(np.int64), last + L - 1)
+            f = rel_flat + j
+            smem.ravel()[f] += amount
+            rel_mem.ravel()[(b % L) * (D * M) + f] += amount
             if count:
-                ndec[rows, j] += 1.0
-                rel_dec[rows, j, b] += 1.0
+                ndec.ravel()[f] += 1.0
+                rel_dec.ravel()[(b % L) * (D * M) + f] += 1.0
 
         for i in range(N):
             t = self.a[i]
             s, m = self.s[i], self.mem[i]
             cur = int(t / _RING_S)
             if cur > last:
-                idx = np.arange(last, cur) % L
-                smem -= rel_mem[:, :, idx].sum(axis=2)
-                ndec -= rel_dec[:, :, idx].sum(axis=2)
-                rel_mem[:, :, idx] = 0.0
-                rel_dec[:, :, idx] = 0.0
+                for k in range(last, min(cur, last + L)):
+                    smem -= rel_mem[k % L]
+                    ndec -= rel_dec[k % L]
+                    rel_mem[k % L] = 0.0
+                    rel_dec[k % L] = 0.0
                 last = cur
-                if mixed_on:   # a borrowed machine goes home once nothing is booked on it
+                if mixed_on and any_mixed:   # a borrowed machine goes home once nothing is booked on it
                     idle = (role == _MIXED) & (ndec < 0.5) & (W <= t)
                     if idle.any():
                         role = np.where(idle, home, role)
                         pen_p, pen_t, pen_m = penalties()
                         any_mixed = bool((role == _MIXED).any())
-            # prompt machine: the prompt pool's least loaded unless its queue is long, then the mixed
-            # pool (least loaded: the machine that frees first, one token per booked decode)
-            key = np.maximum(W - t, 0.0) * self.tokens_per_s + ndec
-            pj, ok_p = pick(pen_p, key)
-            ok_p &= ~long_queue(pj, s)
-            # token machine: least booked memory that still fits, token pool then mixed pool
-            tj, ok_t = pick(pen_t, smem)
-            ok_t &= smem[rows, tj] + m < cap[tj]
+            # prompt machine: the prompt pool's least loaded unless its queue is long
+            pj = np.argmin(np.maximum(W[:, :Cp], t) + ndec[:, :Cp] * inv_tps + pen_p[:, :Cp], axis=1)
+            ok_p = (pen_p[rows, pj] == 0.0) & ~long_queue(rows, pj, s)
+            # token machine: least booked memory that still fits
+            tj = np.argmin(smem[:, Cp:] + pen_t[:, Cp:], axis=1) + Cp
+            ok_t = (pen_t[rows, tj] == 0.0) & fits(rows, tj, m)
             if mixed_on:
-                if any_mixed:
-                    need = ~ok_p
-                    if need.any():
-                        mj, ok_m = pick(pen_m, key)
-                        ok_m &= ~long_queue(mj, s) & need
-                        pj = np.where(ok_m, mj, pj)
-                        ok_p |= ok_m
-                    need = ~ok_t
-                    if need.any():
-                        mj, ok_m = pick(pen_m, smem)
-                        ok_m &= (smem[rows, mj] + m < cap[mj]) & need
-                        tj = np.where(ok_m, mj, tj)
-                        ok_t |= ok_m
-                if not ok_p.all():   # borrow a token machine for prompts
-                    pj, ok_p = borrow(pen_t, ndec, pj, ok_p)
-                if not ok_t.all():   # borrow a prompt machine for decodes
-                    tj, ok_t = borrow(pen_p, smem, tj, ok_t)
-                stuck = ~(ok_p & ok_t)
-                if stuck.any():   # nowhere to go: prompt and decode on the least loaded machine
-                    fj, _ = pick(np.where(exists, 0.0, inf), key)
-                    pj = np.where(stuck, fj, pj)
-                    tj = np.where(stuck, fj, tj)
-                    oom |= stuck & (smem[rows, fj] + m >= cap[fj])
+                bad_p, bad_t = np.flatnonzero(~ok_p), np.flatnonzero(~ok_t)
+                if any_mixed:   # then the mixed pool
+                    if bad_p.size:
+                        bad_p = mixed(bad_p, jsq, pj, ok_p, lambda r, j: ~long_queue(r, j, s))
+                    if bad_t.size:
+                        bad_t = mixed(bad_t, memory, tj, ok_t, lambda r, j: fits(r, j, m))
+                if bad_p.size:   # then borrow a token machine for prompts
+                    borrow(bad_p, pen_t, decodes, Cp, M, pj, ok_p)
+                if bad_t.size:   # and a prompt machine for decodes
+                    borrow(bad_t, pen_p, memory, 0, Cp, tj, ok_t)
+                stuck = np.flatnonzero(~(ok_p & ok_t))
+                if stuck.size:   # nowhere to go: prompt and decode on the least loaded machine
+                    fj, _ = pick(stuck, absent, jsq, 0, M)
+                    pj[stuck] = fj
+                    tj[stuck] = fj
+                    oom[stuck] |= ~fits(stuck, fj, m)
             else:   # strict pools: wait for memory on the token pool
                 oom |= ~ok_t
             same = pj == tj
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
             d_p = ndec[rows, pj]
             tok_p = pj >= Cp
-            tau_p = np.where(tok_p, ttab_t[np.clip(d_p, 1, _MAX_DECODES).astype(np.int64)],
-                             ttab_p[np.clip(d_p, 1, _MAX_DECODES).astype(np.int64)])
+            tau_p = ttab[tok_p.astype(np.int64), np.clip(d_p, 1, _MAX_DECODES).astype(np.int64)]
             W[rows, pj] = np.where((W[rows, pj] <= t) & (d_p > 0), t + self.u[i] * tau_p, W[rows, pj])
-            start, _, _, _, end_p = self._prompt_step(t=t, i=i, decodes=d_p, on_token=tok_p, j=pj, **st)
-            k = q_ptr[rows, pj]
-            q_start[rows, pj, k] = start
-            q_end[rows, pj, k] = end_p
-            q_tok[rows, pj, k] = s
-            q_ptr[rows, pj] = (k + 1) % R
+            start, _, _, _, end_p = pq.step(i, t, pj, d_p, tok_p)
+            f = rel_flat + pj
+            k = q_ptr[f]
+            q_end[f, k] = end_p
+            q_tok[f, k] = s
+            q_ptr[f] = (k + 1) % R
             ready = end_p + np.where(same, 0.0, self.xfer[i])
             # the decode: output-1 iterations at its machine's batch size, after joining a batch
             nd = np.clip(ndec[rows, tj] + 1.0, 1, _MAX_DECODES).astype(np.int64)
-            tau = np.where(tj >= Cp, ttab_t[nd], ttab_p[nd])
+            tau = ttab[(tj >= Cp).astype(np.int64), nd]
             end = ready + tau * (self.n[i] - 1.0 + self.u[i])
             book(pj, np.where(same, 0.0, self.kv * (s + 1.0)), False, ready)   # freed after the transfer
             book(tj, m, True, end)
-            tau_req[:, i] = tau
-            pmach[:, i] = pj
-            dmach[:, i] = tj
-        ttft = self._ttft(st)
-        t1 = self.a[None, :] + ttft + np.where(pmach == dmach, 0.0, self.xfer[None, :])
-        base = tau_req * (self.n[None, :] - 1.0 + self.u[None, :])
-        busy = _MachineBusy(st, M, pmach)
-        ran_prompts = np.zeros((D, M), dtype=bool)
-        ran_prompts[rows[:, None], pmach] = True
-        hit = ran_prompts[rows[:, None], dmach]     # only these decodes can wait for prompt batches
-        t2 = t1 + base
-        for _ in range(3):   # a decode also waits out the prompt batches of its machine
-            t2 = t1 + base + busy.between(dmach, t1, t2, credit=tau_req, mask=hit)
-        e2e = t2 - self.a[None, :]
-        util = self._utilization(st, tau_req, e2e)
-        return FluidOutcome(ttft, e2e, util, oom)
+            tau_req[i] = tau
+            pmach[i] = pj
+            dmach[i] = tj
+        ttft = pq.ttft()
+        t1 = self.a[:, None] + ttft + np.where(pmach == dmach, 0.0, self.xfer[:, None])
+        base = tau_req * (self.n[:, None] - 1.0 + self.u[:, None])
+        wait = _MachineBusy(pq, M, pmach, dmach).delays(t1, base, credit=tau_req)
+        return self._outcome(pq, tau_req, ttft, t1 + base + wait, oom)
 
-    def _ttft(self, st) -> np.ndarray:
-        rows = st["rows"][:, None]
-        rb = st["rb"]
-        return st["bstart"][rows, rb] + st["bdur"][rows, rb] - self.a[None, :]
-
-    def _utilization(self, st, tau_req, e2e) -> np.ndarray:
-        horizon = np.maximum(np.nanmax(self.a[None, :] + e2e, axis=1), 1e-9)
-        prompt_busy = st["bdur"].sum(axis=1)
+    def _outcome(self, pq, tau_req, ttft, last_token, oom) -> FluidOutcome:
+        """Per-request TTFT and E2E (designs x requests) and each design's utilization."""
+        e2e = last_token - self.a[:, None]
+        horizon = np.maximum(np.nanmax(last_token, axis=0), 1e-9)
+        prompt_busy = pq.bdur.sum(axis=0)
         # decode busy time: iterations of the pool, shared by the batch
-        decode_busy = np.minimum((tau_req * (self.n[None, :] - 1)).sum(axis=1) / 32.0,
+        decode_busy = np.minimum((tau_req * (self.n[:, None] - 1)).sum(axis=0) / 32.0,
                                  np.maximum(self.ct, 1) * horizon)
-        return np.clip((prompt_busy + decode_busy) / (self.machines * horizon), 0.0, 1.0)
+        util = np.clip((prompt_busy + decode_busy) / (self.machines * horizon), 0.0, 1.0)
+        return FluidOutcome(np.ascontiguousarray(ttft.T), np.ascontiguousarray(e2e.T), util, oom)
 
     # -- baselines ----------------------------------------------------------------------
     def baseline(self) -> FluidOutcome:
@@ -359,104 +321,168 @@ class _Run:
         room. So the JSQ routing sees each machine's true decode count.
         """
         D, N = self.D, len(self.a)
-        st = self._prompt_state()
-        rows = st["rows"]
+        pq = _PromptQueues(self, self.C)
+        rows, W = pq.rows, pq.W
         present = np.arange(self.C)[None, :] < self.cp[:, None]   # machines of each design
+        absent = np.where(present, 0.0, np.inf)
         K = _DECODE_SLOTS
         dend = np.zeros((D, self.C, K))        # end times of the decodes on each machine
         dtau = np.zeros((D, self.C, K))        # their decode iteration times
         dreq = np.full((D, self.C, K), -1, dtype=np.int64)
-        done = np.zeros((D, N + 1))            # last-token times; column N takes empty slots
-        tau_req = np.zeros((D, N))
+        done = np.zeros((N + 1, D))            # last-token times; row N takes empty slots
+        tau_req = np.zeros((N, D))
         ttab = self.ttab_p
+        inv_tps = 1.0 / self.tokens_per_s
         for i in range(N):
             t = self.a[i]
             dec = (dend > t).sum(axis=2)                           # decodes per machine
-            # JSQ on pending tokens: queued prompt tokens (from the backlog) plus one per decode
-            key = np.maximum(st["W"] - t, 0.0) * self.tokens_per_s + dec
-            key = np.where(present, key, np.inf)
-            j = np.argmin(key, axis=1)
+            # JSQ on pending work: queued prompt time plus one token per decode
+            j = np.argmin(np.maximum(W, t) + dec * inv_tps + absent, axis=1)
             d_j = dec[rows, j].astype(np.float64)
             tau = ttab[np.maximum(dec[rows, j], 1)]
             # a prompt stops a running decode batch at its next iteration boundary
-            W = st["W"]
-            idle = W[rows, j] <= t
-            W[rows, j] = np.where(idle & (d_j > 0), t + self.u[i] * tau, W[rows, j])
-            start, delta, fresh, ride, ready = self._prompt_step(t=t, i=i, decodes=d_j, j=j, **st)
+            W[rows, j] = np.where((W[rows, j] <= t) & (d_j > 0), t + self.u[i] * tau, W[rows, j])
+            start, delta, fresh, ride, ready = pq.step(i, t, j, d_j)
             # the machine's running decodes wait out the new batch time
             ends = dend[rows, j]
             loss = delta[:, None] - np.where((fresh & ride)[:, None], dtau[rows, j], 0.0)
             dend[rows, j] = ends + np.where(ends > start[:, None], np.maximum(loss, 0.0), 0.0)
-            tau_req[:, i] = tau
+            tau_req[i] = tau
             slot = np.argmin(dend[rows, j], axis=1)
             old = dreq[rows, j, slot]
-            done[rows, np.where(old >= 0, old, N)] = dend[rows, j, slot]
+            done[np.where(old >= 0, old, N), rows] = dend[rows, j, slot]
             dend[rows, j, slot] = ready + tau * (self.n[i] - 1.0)   # decoding starts with the next iteration
             dtau[rows, j, slot] = tau
             dreq[rows, j, slot] = i
         live = dreq >= 0
-        done[np.broadcast_to(rows[:, None, None], dreq.shape)[live], dreq[live]] = dend[live]
-        ttft = self._ttft(st)
-        e2e = done[:, :N] - self.a[None, :]
-        util = self._utilization(st, tau_req, e2e)
-        return FluidOutcome(ttft, e2e, util, np.zeros(D, dtype=bool))
+        done[dreq[live], np.broadcast_to(rows[:, None, None], dreq.shape)[live]] = dend[live]
+        return self._outcome(pq, tau_req, pq.ttft(), done[:N], np.zeros(D, dtype=bool))
+
+
+class _PromptQueues:
+    """Every (design, machine)'s FCFS prompt queue and the batches it forms.
+
+    ``W`` is when each machine's queued work ends; a request joins the machine's last
+    batch while that batch has not started and has room (``max_batch_tokens``), else
+    it opens a new batch behind it. A batch is kept in the row of the request that
+    opened it, its leader (``rb`` maps each request to its leader); arrays over
+    requests are requests x designs, so the step writes one contiguous row.
+    """
+
+    def __init__(self, run: _Run, C: int) -> None:
+        D, N = run.D, len(run.a)
+        self.run = run
+        self.rows = np.arange(D)
+        self.W = np.zeros((D, C))
+        self.ob_tok = np.zeros((D, C))          # the last batch of each machine: tokens, start, id
+        self.ob_start = np.zeros((D, C))
+        self.ob_id = np.zeros((D, C), dtype=np.int64)
+        self.bstart = np.zeros((N, D))
+        self.bdur = np.zeros((N, D))
+        self.bride = np.zeros((N, D), dtype=bool)   # decodes ride along (a mixed batch)
+        self.rb = np.zeros((N, D), dtype=np.int32)
+
+    def step(self, i, t, j, decodes, on_token=None):
+        """Queue request i on machine ``j`` of each design.
+
+        Returns (batch start, added batch time, new batch?, decodes ride along?, prompt end).
+        """
+        run, rows = self.run, self.rows
+        s = run.s[i]
+        Wj = self.W[rows, j]
+        otok = self.ob_tok[rows, j]
+        joinable = ((Wj > t) & (self.ob_start[rows, j] > t) & (otok > 0)
+                    & (otok + s <= run.cfg.max_batch_tokens))
+        new_tok = np.where(joinable, otok + s, s)
+        new_cost, ride = run._batch_cost(new_tok, decodes, on_token)
+        bid = np.where(joinable, self.ob_id[rows, j], i)
+        old_cost = np.where(joinable, self.bdur[bid, rows], 0.0)
+        # the machine's queue ends with this batch (joined: it grows; new: it starts when the queue ends)
+        start = np.where(joinable, self.ob_start[rows, j], np.maximum(Wj, t))
+        end = start + new_cost
+        self.W[rows, j] = end
+        self.bstart[bid, rows] = start
+        self.bdur[bid, rows] = new_cost
+        self.bride[bid, rows] = ride > 0
+        self.rb[i] = bid
+        self.ob_tok[rows, j] = new_tok
+        self.ob_start[rows, j] = start
+        self.ob_id[rows, j] = bid
+        return start, new_cost - old_cost, ~joinable, ride > 0, end
+
+    def ttft(self) -> np.ndarray:
+        """Arrival to the end of each request's prompt batch (requests x designs)."""
+        cols = self.rows[None, :]
+        return self.bstart[self.rb, cols] + self.bdur[self.rb, cols] - self.run.a[:, None]
+
+    def leaders(self) -> np.ndarray:
+        """Requests x designs: True where the request opened its batch."""
+        return self.rb == np.arange(self.rb.shape[0], dtype=np.int32)[:, None]
 
 
 class _MachineBusy:
-    """Prompt-batch busy time of each (design, machine) between two instants, vectorized."""
+    """Prompt-batch busy time of each (design, machine) between two instants, vectorized.
 
-    def __init__(self, st, C: int, prompt_machine) -> None:
-        nbatch = st["nbatch"]
+    The prompt batches on machines that also decode, of all designs, lie on one axis
+    (key = (design x machines + machine) x span + start) with the running sum of their
+    durations, so the busy time of any machine over any interval is a binary search.
+    """
+
+    def __init__(self, pq: _PromptQueues, C: int, prompt_machine, token_machine) -> None:
+        N, D = prompt_machine.shape
+        cols = np.arange(D)[None, :]
         self.C = C
-        self.span = float(np.max(st["bstart"]) + np.max(st["bdur"]) + 10.0)
-        valid = np.arange(st["bstart"].shape[1])[None, :] < nbatch[:, None]
-        self.valid = valid
-        self.st = st
-        self.build(prompt_machine)
+        self.span = float(np.max(pq.bstart) + np.max(pq.bdur) + 10.0)
+        ran_prompts = np.zeros((D, C), dtype=bool)
+        ran_prompts[cols, prompt_machine] = True
+        ran_decodes = np.zeros((D, C), dtype=bool)
+        ran_decodes[cols, token_machine] = True
+        self.token_machine = token_machine
+        self.mask = ran_prompts[cols, token_machine]   # only these decodes can wait for prompt batches
+        batch = pq.leaders() & ran_decodes[cols, prompt_machine]
+        d_idx = np.broadcast_to(cols, batch.shape)[batch]
+        keys = (d_idx * C + prompt_machine[batch]).astype(np.float64) * self.span + pq.bstart[batch]
+        order = np.argsort(keys)
+        self.k_start = keys[order]
+        self.k_len = pq.bdur[batch][order]
+        self.cum = np.concatenate([[0.0], np.cumsum(self.k_len)])
+        self.cum_ride = np.concatenate([[0], np.cumsum(pq.bride[batch][order])])
 
-    def build(self, machine) -> None:
-        """Index the batches by (design, machine, start); ``machine`` is each request's prompt machine."""
-        st = self.st
-        D, N = machine.shape
-        rows = np.arange(D)[:, None]
-        bm = np.full(st["bstart"].shape, -1, dtype=np.int64)
-        bm[rows, st["rb"]] = machine
-        ok = self.valid & (bm >= 0)
-        d_idx = np.broadcast_to(np.arange(D)[:, None], bm.shape)[ok]
-        key_base = (d_idx * self.C + bm[ok]).astype(np.float64) * self.span
-        starts = st["bstart"][ok]
-        durs = st["bdur"][ok]
-        order = np.argsort(key_base + starts, kind="stable")
-        self.k_start = (key_base + starts)[order]
-        self.k_end = (key_base + starts + durs)[order]
-        self.cum = np.concatenate([[0.0], np.cumsum(durs[order])])
-        self.cum_ride = np.concatenate([[0], np.cumsum(st["bride"][ok][order])])
-
-    def _cum_at(self, key):
-        """Busy time of the machine before absolute key (machine offset + time)."""
+    def _at(self, key):
+        """(busy time before key, mixed batches begun before key) on key's machine."""
         idx = np.searchsorted(self.k_start, key, side="right")
         prev = np.maximum(idx - 1, 0)
-        partial = np.clip(key - self.k_start[prev], 0.0, self.k_end[prev] - self.k_start[prev])
-        return np.where(idx > 0, self.cum[prev] + partial, 0.0)
+        partial = np.clip(key - self.k_start[prev], 0.0, self.k_len[prev])
+        busy = np.where(idx > 0, self.cum[prev] + partial, 0.0)
+        begun = self.cum_ride[idx - (idx > 0) * (self.k_start[prev] == key)]
+        return busy, begun
 
-    def _before(self, a, b):
-        return self._cum_at(b) - self._cum_at(a)
-
-    def between(self, machine, t1, t2, credit=0.0, mask=None):
-        """Busy time of each request's machine in [t1, t2], less ``credit`` per mixed batch begun in it.
+    def delays(self, t1, base, credit, rounds: int = 3):
+        """How long each decode (from ``t1``, ``base`` seconds alone) waits for its machine's prompt batches.
 
         A decoding request that rides in a mixed batch still gets its token, so it loses
         only the batch time beyond one decode iteration (``credit``); a prompt batch with
-        no room for decodes pre-empts them for its whole length. Only entries where
-        ``mask`` holds are computed; the others are 0.
+        no room for decodes pre-empts it for its whole length. The end moves with the
+        delay, so the busy time is recomputed ``rounds`` times (only where it changed).
         """
-        mask = np.ones(machine.shape, dtype=bool) if mask is None else mask
-        D = machine.shape[0]
-        base = ((np.arange(D)[:, None] * self.C + machine).astype(np.float64) * self.span)[mask]
-        a, b = base + t1[mask], base + t2[mask]
-        busy = self._before(a, b)
-        begun = self.cum_ride[np.searchsorted(self.k_start, b)] - self.cum_ride[np.searchsorted(self.k_start, a)]
-        out = np.zeros(machine.shape)
-        credit = np.broadcast_to(credit, machine.shape)[mask]
-        out[mask] = np.maximum(busy - credit * begun, 0.0)
+        out = np.zeros(t1.shape)
+        mask = self.mask
+        if self.k_start.size == 0 or not mask.any():
+            return out
+        d_idx = np.broadcast_to(np.arange(t1.shape[1])[None, :], t1.shape)[mask]
+        a = (d_idx * self.C + self.token_machine[mask]).astype(np.float64) * self.span + t1[mask]
+        busy_a, begun_a = self._at(a)
+        span = base[mask]
+        cr = credit[mask]
+        extra = np.zeros(a.shape)
+        live = np.arange(a.size)
+        for _ in range(rounds):
+            busy_b, begun_b = self._at(a[live] + span[live] + extra[live])
+            new = np.maximum(busy_b - busy_a[live] - cr[live] * (begun_b - begun_a[live]), 0.0)
+            changed = new != extra[live]
+            extra[live] = new
+            live = live[changed]
+            if live.size == 0:
+                break
+        out[mask] = extra
         return out
