@@ -26,6 +26,7 @@ tests measure how close.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,27 +51,34 @@ class FluidOutcome:
     e2e: np.ndarray
     utilization: np.ndarray
     oom: np.ndarray
+    overloaded: np.ndarray      # stopped: a request queued longer than ``overload_s``; the rest unfinished (NaN)
 
 
-def simulate_fluid(clusters: list[Cluster], stream) -> FluidOutcome:
-    """Simulate clusters of one design (differing machine counts) on one stream."""
+def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf) -> FluidOutcome:
+    """Simulate clusters of one design (differing machine counts) on one stream.
+
+    A design whose prompt queue makes a request wait more than ``overload_s`` is
+    overloaded: its simulation stops there and its later requests are unfinished (NaN),
+    so a batch spends its time on the designs that can still meet SLOs.
+    """
     first = clusters[0]
     for c in clusters:
         if c.design != first.design or c.model != first.model or c.scheduler != first.scheduler:
             raise ValueError("simulate_fluid batches clusters of one design, model and scheduler")
     outs = []
     for lo in range(0, len(clusters), _CHUNK):   # bounded memory: designs x requests arrays per chunk
-        run = _Run(clusters[lo:lo + _CHUNK], stream)
+        run = _Run(clusters[lo:lo + _CHUNK], stream, overload_s)
         outs.append(run.baseline() if first.is_baseline else run.splitwise())
     if len(outs) == 1:
         return outs[0]
     return FluidOutcome(*(np.concatenate([getattr(o, f) for o in outs])
-                          for f in ("ttft", "e2e", "utilization", "oom")))
+                          for f in ("ttft", "e2e", "utilization", "oom", "overloaded")))
 
 
 class _Run:
-    def __init__(self, clusters: list[Cluster], stream) -> None:
+    def __init__(self, clusters: list[Cluster], stream, overload_s: float = math.inf) -> None:
         c0 = clusters[0]
+        self.overload_s = float(overload_s)
         self.cfg = c0.scheduler
         self.prompt_lat = c0.prompt.latency
         self.token_lat = c0.token.latency if c0.token else c0.prompt.latency
@@ -110,12 +118,16 @@ class _Run:
         ``max_batch_tokens`` (one token each); a batch with decodes is a mixed batch.
         Returns (seconds, decodes that ride along).
         """
-        ride = np.minimum(decodes, np.maximum(self.cfg.max_batch_tokens - tokens, 0.0))
-        idx = np.minimum((tokens + ride).astype(np.int64), self.ptab_p.size - 1)
+        if not decodes.any():   # no decode on any of the machines: plain prompt batches
+            ride = decodes
+            idx = np.minimum(tokens.astype(np.int64), self.ptab_p.size - 1)
+        else:
+            ride = np.minimum(decodes, np.maximum(self.cfg.max_batch_tokens - tokens, 0.0))
+            idx = np.minimum((tokens + ride).astype(np.int64), self.ptab_p.size - 1)
         secs = self.ptab_p[idx]
-        if on_token is not None and self.ptab_t is not None:   # a borrowed token machine of other hardware
+        if on_token is not None and self.ptab_t is not None and on_token.any():   # borrowed token machines of other hardware
             secs = np.where(on_token, self.ptab_t[idx], secs)
-        return np.where(ride > 0, MIXED_BATCH_FACTOR, 1.0) * secs, ride
+        return (np.where(ride > 0, MIXED_BATCH_FACTOR, 1.0) * secs if decodes.any() else secs), ride
 
 
     # -- Splitwise ----------------------------------------------------------------------
@@ -136,7 +148,7 @@ class _Run:
         Cp, Ct = self.C, int(self.ct.max())
         M = Cp + Ct
         pq = _PromptQueues(self, M)
-        rows, W = pq.rows, pq.W
+        rows, W, act = pq.rows, pq.W, pq.cols   # designs still simulated (all but the overloaded)
         col = np.arange(M)[None, :]
         on_token_col = col >= Cp
         exists = np.where(on_token_col, (col - Cp) < self.ct[:, None], col < self.cp[:, None])
@@ -157,6 +169,8 @@ class _Run:
         dmach = np.zeros((N, D), dtype=np.int32)
         pmach = np.zeros((N, D), dtype=np.int32)
         oom = np.zeros(D, dtype=bool)
+        stop = np.full(D, N)                    # the first request each design does not finish
+        dying = np.zeros(D, dtype=bool)
         ttab = np.stack([self.ttab_p, self.ttab_t])   # token time by (on a token machine?, batch size)
         inv_tps = 1.0 / self.tokens_per_s
         max_pending = cfg.prompt_max_pending_tokens
@@ -167,7 +181,12 @@ class _Run:
         def penalties():
             return tuple(np.where(role == r, 0.0, inf) for r in (_PROMPT, _TOKEN, _MIXED))
 
+        def keys():
+            """JSQ bias of the prompt pool (booked decodes) and booked memory of the token pool, inf off the pool."""
+            return ndec * inv_tps + pen_p, smem + pen_t
+
         pen_p, pen_t, pen_m = penalties()
+        pkey, tkey = keys()                     # kept up to date by book(); rebuilt when roles change
         absent = np.where(exists, 0.0, inf)
         any_mixed = False
 
@@ -214,23 +233,49 @@ class _Run:
             r, c = bad[ok_b], bj[ok_b]
             if r.size:
                 role[r, c] = _MIXED
-                pen_p[r, c] = inf
-                pen_t[r, c] = inf
+                for x in (pen_p, pen_t, pkey, tkey):
+                    x[r, c] = inf
                 pen_m[r, c] = 0.0
                 any_mixed = True
             j[r] = c
             ok[r] = True
 
-        def book(j, amount, count, when):
-            b = np.minimum((when / _RING_S).astype(np.int64), last + L - 1)
-            f = rel_flat + j
+        def book(pj, sent, ready, tj, m, end):
+            """Book ``sent`` KV bytes on the prompt machines until ``ready``, ``m`` and a decode on the token machines until ``end``.
+
+            (Where both are one machine ``sent`` is 0, so the duplicate index loses nothing.)
+            """
+            fp, ft = rel_flat + pj, rel_flat + tj
+            f = np.concatenate((fp, ft))
+            amount = np.concatenate((sent, np.full(D, m)))
+            b = np.minimum((np.concatenate((ready, end)) / _RING_S).astype(np.int64), last + L - 1) % L
             smem.ravel()[f] += amount
-            rel_mem.ravel()[(b % L) * (D * M) + f] += amount
-            if count:
-                ndec.ravel()[f] += 1.0
-                rel_dec.ravel()[(b % L) * (D * M) + f] += 1.0
+            tkey.ravel()[f] += amount
+            rel_mem.ravel()[b * (D * M) + f] += amount
+            ndec.ravel()[ft] += 1.0
+            pkey.ravel()[ft] += inv_tps
+            rel_dec.ravel()[b[D:] * (D * M) + ft] += 1.0
+
+        def compact():
+            """Drop the overloaded designs from the loop's arrays."""
+            nonlocal D, rows, W, act, home, role, absent, smem, ndec, rel_mem, rel_dec, rel_flat
+            nonlocal q_end, q_tok, q_ptr, pen_p, pen_t, pen_m, pkey, tkey, dying
+            keep = np.flatnonzero(~dying)
+            pq.compact(keep)
+            D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
+            home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey = (
+                x.take(keep, axis=0) for x in (home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey))
+            rel_mem, rel_dec = (x.take(keep, axis=1) for x in (rel_mem, rel_dec))   # contiguous: book() writes flat views
+            q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
+            q_ptr = q_ptr.reshape(-1, M).take(keep, axis=0).ravel()
+            rel_flat = rows * M
+            dying = np.zeros(D, dtype=bool)
 
         for i in range(N):
+            if dying.any() and (i % 1024 == 0 or dying.sum() * 4 >= D):
+                compact()
+                if D == 0:
+                    break
             t = self.a[i]
             s, m = self.s[i], self.mem[i]
             cur = int(t / _RING_S)
@@ -247,11 +292,12 @@ class _Run:
                         role = np.where(idle, home, role)
                         pen_p, pen_t, pen_m = penalties()
                         any_mixed = bool((role == _MIXED).any())
+                pkey, tkey = keys()
             # prompt machine: the prompt pool's least loaded unless its queue is long
-            pj = np.argmin(np.maximum(W[:, :Cp], t) + ndec[:, :Cp] * inv_tps + pen_p[:, :Cp], axis=1)
+            pj = np.argmin(np.maximum(W[:, :Cp], t) + pkey[:, :Cp], axis=1)
             ok_p = (pen_p[rows, pj] == 0.0) & ~long_queue(rows, pj, s)
             # token machine: least booked memory that still fits
-            tj = np.argmin(smem[:, Cp:] + pen_t[:, Cp:], axis=1) + Cp
+            tj = np.argmin(tkey[:, Cp:], axis=1) + Cp
             ok_t = (pen_t[rows, tj] == 0.0) & fits(rows, tj, m)
             if mixed_on:
                 bad_p, bad_t = np.flatnonzero(~ok_p), np.flatnonzero(~ok_t)
@@ -269,16 +315,22 @@ class _Run:
                     fj, _ = pick(stuck, absent, jsq, 0, M)
                     pj[stuck] = fj
                     tj[stuck] = fj
-                    oom[stuck] |= ~fits(stuck, fj, m)
+                    oom[act[stuck]] |= ~fits(stuck, fj, m)
             else:   # strict pools: wait for memory on the token pool
-                oom |= ~ok_t
+                oom[act] |= ~ok_t
             same = pj == tj
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
             d_p = ndec[rows, pj]
             tok_p = pj >= Cp
-            tau_p = ttab[tok_p.astype(np.int64), np.clip(d_p, 1, _MAX_DECODES).astype(np.int64)]
-            W[rows, pj] = np.where((W[rows, pj] <= t) & (d_p > 0), t + self.u[i] * tau_p, W[rows, pj])
+            h = np.flatnonzero((d_p > 0) & (W[rows, pj] <= t))   # an idle machine that is decoding
+            if h.size:
+                tau_p = ttab[tok_p[h].astype(np.int64), np.minimum(d_p[h], _MAX_DECODES).astype(np.int64)]
+                W[h, pj[h]] = t + self.u[i] * tau_p
             start, _, _, _, end_p = pq.step(i, t, pj, d_p, tok_p)
+            over = (start - t > self.overload_s) & ~dying
+            if over.any():
+                dying |= over
+                stop[act[over]] = i + 1
             f = rel_flat + pj
             k = q_ptr[f]
             q_end[f, k] = end_p
@@ -289,19 +341,21 @@ class _Run:
             nd = np.clip(ndec[rows, tj] + 1.0, 1, _MAX_DECODES).astype(np.int64)
             tau = ttab[(tj >= Cp).astype(np.int64), nd]
             end = ready + tau * (self.n[i] - 1.0 + self.u[i])
-            book(pj, np.where(same, 0.0, self.kv * (s + 1.0)), False, ready)   # freed after the transfer
-            book(tj, m, True, end)
-            tau_req[i] = tau
-            pmach[i] = pj
-            dmach[i] = tj
+            book(pj, np.where(same, 0.0, self.kv * (s + 1.0)), ready, tj, m, end)   # prompt KV freed after the transfer
+            tau_req[i, act] = tau
+            pmach[i, act] = pj
+            dmach[i, act] = tj
         ttft = pq.ttft()
         t1 = self.a[:, None] + ttft + np.where(pmach == dmach, 0.0, self.xfer[:, None])
         base = tau_req * (self.n[:, None] - 1.0 + self.u[:, None])
-        wait = _MachineBusy(pq, M, pmach, dmach).delays(t1, base, credit=tau_req)
-        return self._outcome(pq, tau_req, ttft, t1 + base + wait, oom)
+        wait = _MachineBusy(pq, M, pmach, dmach, float(np.nanmax(t1 + base))).delays(t1, base, credit=tau_req)
+        return self._outcome(pq, tau_req, ttft, t1 + base + wait, oom, stop)
 
-    def _outcome(self, pq, tau_req, ttft, last_token, oom) -> FluidOutcome:
+    def _outcome(self, pq, tau_req, ttft, last_token, oom, stop) -> FluidOutcome:
         """Per-request TTFT and E2E (designs x requests) and each design's utilization."""
+        unfinished = np.arange(len(self.a))[:, None] >= stop[None, :]
+        ttft = np.where(unfinished, np.nan, ttft)
+        last_token = np.where(unfinished, np.nan, last_token)
         e2e = last_token - self.a[:, None]
         horizon = np.maximum(np.nanmax(last_token, axis=0), 1e-9)
         prompt_busy = pq.bdur.sum(axis=0)
@@ -309,7 +363,7 @@ class _Run:
         decode_busy = np.minimum((tau_req * (self.n[:, None] - 1)).sum(axis=0) / 32.0,
                                  np.maximum(self.ct, 1) * horizon)
         util = np.clip((prompt_busy + decode_busy) / (self.machines * horizon), 0.0, 1.0)
-        return FluidOutcome(np.ascontiguousarray(ttft.T), np.ascontiguousarray(e2e.T), util, oom)
+        return FluidOutcome(np.ascontiguousarray(ttft.T), np.ascontiguousarray(e2e.T), util, oom, stop < len(self.a))
 
     # -- baselines ----------------------------------------------------------------------
     def baseline(self) -> FluidOutcome:
@@ -356,7 +410,7 @@ class _Run:
             dreq[rows, j, slot] = i
         live = dreq >= 0
         done[dreq[live], np.broadcast_to(rows[:, None, None], dreq.shape)[live]] = dend[live]
-        return self._outcome(pq, tau_req, pq.ttft(), done[:N], np.zeros(D, dtype=bool))
+        return self._outcome(pq, tau_req, pq.ttft(), done[:N], np.zeros(D, dtype=bool), np.full(D, N))
 
 
 class _PromptQueues:
@@ -372,7 +426,8 @@ class _PromptQueues:
     def __init__(self, run: _Run, C: int) -> None:
         D, N = run.D, len(run.a)
         self.run = run
-        self.rows = np.arange(D)
+        self.rows = np.arange(D)                # the designs simulated: rows of the loop arrays
+        self.cols = np.arange(D)                # and their columns in the arrays over requests
         self.W = np.zeros((D, C))
         self.ob_tok = np.zeros((D, C))          # the last batch of each machine: tokens, start, id
         self.ob_start = np.zeros((D, C))
@@ -396,23 +451,31 @@ class _PromptQueues:
         new_tok = np.where(joinable, otok + s, s)
         new_cost, ride = run._batch_cost(new_tok, decodes, on_token)
         bid = np.where(joinable, self.ob_id[rows, j], i)
-        old_cost = np.where(joinable, self.bdur[bid, rows], 0.0)
+        cols = self.cols
+        old_cost = np.where(joinable, self.bdur[bid, cols], 0.0)
         # the machine's queue ends with this batch (joined: it grows; new: it starts when the queue ends)
         start = np.where(joinable, self.ob_start[rows, j], np.maximum(Wj, t))
         end = start + new_cost
         self.W[rows, j] = end
-        self.bstart[bid, rows] = start
-        self.bdur[bid, rows] = new_cost
-        self.bride[bid, rows] = ride > 0
-        self.rb[i] = bid
+        self.bstart[bid, cols] = start
+        self.bdur[bid, cols] = new_cost
+        self.bride[bid, cols] = ride > 0
+        self.rb[i, cols] = bid
         self.ob_tok[rows, j] = new_tok
         self.ob_start[rows, j] = start
         self.ob_id[rows, j] = bid
         return start, new_cost - old_cost, ~joinable, ride > 0, end
 
+    def compact(self, keep) -> None:
+        """Go on simulating only the designs at rows ``keep``."""
+        self.cols = self.cols[keep]
+        self.rows = np.arange(self.cols.size)
+        self.W, self.ob_tok, self.ob_start, self.ob_id = (
+            x[keep] for x in (self.W, self.ob_tok, self.ob_start, self.ob_id))
+
     def ttft(self) -> np.ndarray:
         """Arrival to the end of each request's prompt batch (requests x designs)."""
-        cols = self.rows[None, :]
+        cols = np.arange(self.rb.shape[1])[None, :]
         return self.bstart[self.rb, cols] + self.bdur[self.rb, cols] - self.run.a[:, None]
 
     def leaders(self) -> np.ndarray:
@@ -428,11 +491,13 @@ class _MachineBusy:
     durations, so the busy time of any machine over any interval is a binary search.
     """
 
-    def __init__(self, pq: _PromptQueues, C: int, prompt_machine, token_machine) -> None:
+    def __init__(self, pq: _PromptQueues, C: int, prompt_machine, token_machine, horizon: float) -> None:
         N, D = prompt_machine.shape
         cols = np.arange(D)[None, :]
         self.C = C
-        self.span = float(np.max(pq.bstart) + np.max(pq.bdur) + 10.0)
+        # a machine's stretch of the axis holds its batches and any decode's end (horizon + the busy time)
+        last_end = float(np.max(pq.bstart + pq.bdur))
+        self.span = 2.0 * last_end + max(horizon, 0.0) + 10.0
         ran_prompts = np.zeros((D, C), dtype=bool)
         ran_prompts[cols, prompt_machine] = True
         ran_decodes = np.zeros((D, C), dtype=bool)
@@ -471,9 +536,11 @@ class _MachineBusy:
             return out
         d_idx = np.broadcast_to(np.arange(t1.shape[1])[None, :], t1.shape)[mask]
         a = (d_idx * self.C + self.token_machine[mask]).astype(np.float64) * self.span + t1[mask]
+        order = np.argsort(a)                  # sorted queries: binary searches walk the axis in order
+        a = a[order]
         busy_a, begun_a = self._at(a)
-        span = base[mask]
-        cr = credit[mask]
+        span = base[mask][order]
+        cr = credit[mask][order]
         extra = np.zeros(a.shape)
         live = np.arange(a.size)
         for _ in range(rounds):
@@ -484,5 +551,5 @@ class _MachineBusy:
             live = live[changed]
             if live.size == 0:
                 break
-        out[mask] = extra
+        out[mask] = extra[np.argsort(order)]
         return out

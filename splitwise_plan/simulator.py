@@ -47,6 +47,7 @@ class SimulationResult:
     power: float = 0.0
     utilization: float = 0.0                 # mean busy fraction of the machines
     oom: bool = False                        # a KV transfer had to wait for token-machine memory
+    overloaded: bool = False                 # queues grew without bound: the simulation stopped early
     method: str = "fluid"
 
     @property
@@ -66,7 +67,8 @@ class SimulationResult:
                 {k: (_num(v) if isinstance(v, float) else v) for k, v in viol.items()}
                 for viol in self.violations]},
             "cost": round(self.cost, 6), "power": round(self.power, 6),
-            "utilization": round(self.utilization, 6), "oom": self.oom, "method": self.method,
+            "utilization": round(self.utilization, 6), "oom": self.oom, "overloaded": self.overloaded,
+            "method": self.method,
         }
 
     def flat(self) -> dict:
@@ -82,8 +84,20 @@ class SimulationResult:
         if self.tightest:
             row["tightest_slo"] = f"{self.tightest['metric']}_p{self.tightest['percentile']:g}"
             row["tightest_ratio"] = float(self.tightest["ratio"])
-        row.update(utilization=self.utilization, oom=self.oom, method=self.method)
+        row.update(utilization=self.utilization, oom=self.oom, overloaded=self.overloaded, method=self.method)
         return row
+
+
+def overload_wait(slos: SLOSet, reference) -> float:
+    """A queueing wait far past every TTFT and E2E limit: a design that makes a request wait longer is overloaded.
+
+    Twice the largest such limit in seconds (a slowdown limit times the median request's
+    uncontended latency), and at least 30 s.
+    """
+    r_ttft, _, r_e2e = reference
+    limits = [s.limit * (1.0 if s.unit == "seconds" else float(np.median(r_ttft if s.metric == "ttft" else r_e2e)))
+              for s in slos if s.metric in ("ttft", "e2e")]
+    return max([30.0] + [2.0 * x for x in limits])
 
 
 def _num(v):
@@ -117,6 +131,7 @@ class Simulator:
         ref = self.profiles.latency_model(model, self.slos.reference_hardware,
                                           self.slos.reference_tensor_parallel)
         self.reference = reference_latencies(ref, stream.prompt_tokens, stream.output_tokens)
+        self.overload_s = overload_wait(self.slos, self.reference)
 
     # -- inputs -------------------------------------------------------------------
     def machine(self, name: str) -> Machine:
@@ -177,13 +192,14 @@ class Simulator:
             e2e = np.stack([o.e2e for o in outs])
             util = [float(np.mean(o.busy_s) / max(o.horizon_s, 1e-9)) for o in outs]
             oom = [o.oom for o in outs]
+            over = [False] * len(outs)
         else:
             from .fluid import simulate_fluid
-            out = simulate_fluid(clusters, self.stream)
-            ttft, e2e, util, oom = out.ttft, out.e2e, list(out.utilization), list(out.oom)
-        return self._results(clusters, ttft, e2e, util, oom, method)
+            out = simulate_fluid(clusters, self.stream, self.overload_s)
+            ttft, e2e, util, oom, over = out.ttft, out.e2e, list(out.utilization), list(out.oom), list(out.overloaded)
+        return self._results(clusters, ttft, e2e, util, oom, over, method)
 
-    def _results(self, clusters, ttft, e2e, util, oom, method) -> list[SimulationResult]:
+    def _results(self, clusters, ttft, e2e, util, oom, over, method) -> list[SimulationResult]:
         lat = request_latencies(ttft, e2e, self.stream.output_tokens)
         r_ttft, r_tbt, r_e2e = self.reference
         slow = {"ttft": lat["ttft"] / r_ttft, "tbt": lat["tbt"] / r_tbt, "e2e": lat["e2e"] / r_e2e}
@@ -200,5 +216,6 @@ class Simulator:
                 token_machines=c.token.count if c.token else 0, requests=len(self.stream),
                 completed=int(completed[i]), latency_s=lp, slowdown=sp, slo_met=met,
                 violations=tuple(viol), tightest=self.slos.tightest(sp, lp), cost=c.cost,
-                power=c.power, utilization=float(util[i]), oom=bool(oom[i]), method=method))
+                power=c.power, utilization=float(util[i]), oom=bool(oom[i]), overloaded=bool(over[i]),
+                method=method))
         return results
