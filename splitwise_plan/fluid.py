@@ -36,9 +36,10 @@ from .latency_model import MIXED_BATCH_FACTOR
 
 _RING_S = 0.25         # time resolution of the per-machine release ring
 _RING = 512            # buckets in the ring: releases up to 128 s ahead
-_PENDING = 8           # prompts remembered per machine for the queue-length rule
+_PENDING = 16          # prompts remembered per machine for JSQ and the queue-length rule
+_POSTPONE = 64         # buckets after a prompt batch whose releases it postpones (16 s)
 _PROMPT, _TOKEN, _MIXED, _ABSENT = 0, 1, 2, 3   # machine roles
-_CHUNK = 1024         # designs simulated together (memory grows with designs x requests)
+_CHUNK = 256          # designs simulated together (memory grows with designs x requests)
 _DECODE_SLOTS = 16      # decodes tracked per baseline machine (more only when overloaded)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 
@@ -165,6 +166,10 @@ class _Run:
         q_end = np.zeros((D * M, R))            # the last prompts queued on each machine
         q_tok = np.zeros((D * M, R))
         q_ptr = np.zeros(D * M, dtype=np.int64)
+        q_head = np.zeros(D * M, dtype=np.int64)    # the oldest prompt of each machine not yet done
+        q_n = np.zeros(D * M, dtype=np.int64)       # prompts not yet done (at most R remembered)
+        q_next = np.full(D * M, np.inf)             # when the oldest of them is done
+        ptok = np.zeros((D, M))                     # their tokens: the reference's pending prompt tokens
         tau_req = np.zeros((N, D))              # requests x designs: the loop writes rows in order
         dmach = np.zeros((N, D), dtype=np.int32)
         pmach = np.zeros((N, D), dtype=np.int32)
@@ -172,7 +177,6 @@ class _Run:
         stop = np.full(D, N)                    # the first request each design does not finish
         dying = np.zeros(D, dtype=bool)
         ttab = np.stack([self.ttab_p, self.ttab_t])   # token time by (on a token machine?, batch size)
-        inv_tps = 1.0 / self.tokens_per_s
         max_pending = cfg.prompt_max_pending_tokens
         mixed_on = cfg.mixed_pool
         last = 0
@@ -182,8 +186,8 @@ class _Run:
             return tuple(np.where(role == r, 0.0, inf) for r in (_PROMPT, _TOKEN, _MIXED))
 
         def keys():
-            """JSQ bias of the prompt pool (booked decodes) and booked memory of the token pool, inf off the pool."""
-            return ndec * inv_tps + pen_p, smem + pen_t
+            """JSQ bias of the prompt pool (one token per booked decode) and booked memory of the token pool, inf off the pool."""
+            return ndec + pen_p, smem + pen_t
 
         pen_p, pen_t, pen_m = penalties()
         pkey, tkey = keys()                     # kept up to date by book(); rebuilt when roles change
@@ -192,8 +196,9 @@ class _Run:
 
         # keys of the cluster-level scheduler, for designs r and machines lo..hi
         def jsq(r, lo, hi):
-            """Pending work: seconds of queued prompts plus one token per booked decode."""
-            return np.maximum(W[r, lo:hi], t) + ndec[r, lo:hi] * inv_tps
+            """The reference's sched_pending: prompt tokens routed and not yet done (the running
+            batch included) plus one per booked decode."""
+            return ptok[r, lo:hi] + ndec[r, lo:hi]
 
         def memory(r, lo, hi):
             return smem[r, lo:hi]
@@ -207,12 +212,14 @@ class _Run:
             return j, pen[r, j] == 0.0
 
         def long_queue(r, j, s):
-            """The reference's rule: a prompt is queued and pending tokens (with this one) exceed the limit."""
-            out = pq.ob_start[r, j] > t          # the machine's last batch has not started: a queue
+            """The reference's rule: the machine has a queue and its sched_pending (with this prompt)
+            exceeds the limit. Its queue is not empty while a prompt waits, or while a prompt batch
+            too large for them to ride in holds the machine's decodes back."""
+            dj = ndec[r, j]
+            out = (pq.ob_start[r, j] > t) | ((dj >= 0.5) & (W[r, j] > t) & ~pq.bride[pq.ob_id[r, j], act[r]])
             q = np.flatnonzero(out)
             if q.size:
-                f = r[q] * M + j[q]
-                out[q] = (q_tok[f] * (q_end[f] > t)).sum(axis=1) + s > max_pending
+                out[q] = ptok[r[q], j[q]] + dj[q] + s > max_pending
             return out
 
         def fits(r, j, m):
@@ -248,18 +255,38 @@ class _Run:
             fp, ft = rel_flat + pj, rel_flat + tj
             f = np.concatenate((fp, ft))
             amount = np.concatenate((sent, np.full(D, m)))
-            b = np.minimum((np.concatenate((ready, end)) / _RING_S).astype(np.int64), last + L - 1) % L
+            # released at the bucket boundary nearest the time (not up to a bucket late)
+            b = np.clip(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last, last + L - 1) % L
             smem.ravel()[f] += amount
             tkey.ravel()[f] += amount
             rel_mem.ravel()[b * (D * M) + f] += amount
             ndec.ravel()[ft] += 1.0
-            pkey.ravel()[ft] += inv_tps
+            pkey.ravel()[ft] += 1.0
             rel_dec.ravel()[b[D:] * (D * M) + ft] += 1.0
+
+        def postpone(rr, jj, start, loss):
+            """Move the releases booked on machines ``jj`` of designs ``rr`` in the ``_POSTPONE``
+            buckets after ``start`` later by ``loss`` seconds (farther ones stay where they are)."""
+            shift = np.rint(loss / _RING_S).astype(np.int64)
+            S = _POSTPONE + int(shift.max())
+            first = np.maximum((start / _RING_S).astype(np.int64) + 1, last)
+            inside = first + S <= last + L          # else the batch is over 100 s ahead: leave it
+            rr, jj, shift, first = rr[inside], jj[inside], shift[inside, None], first[inside, None]
+            pos = np.arange(S)[None, :]
+            idx = (first + pos) % L
+            src = np.maximum(pos - shift, 0)
+            lands = (pos >= shift) & (pos - shift < _POSTPONE)
+            stays = pos >= _POSTPONE
+            for ring in (rel_mem, rel_dec):
+                vals = ring[idx, rr[:, None], jj[:, None]]
+                moved = np.where(lands, np.take_along_axis(vals, src, axis=1), 0.0) + np.where(stays, vals, 0.0)
+                ring[idx, rr[:, None], jj[:, None]] = moved
 
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, rel_mem, rel_dec, rel_flat
             nonlocal q_end, q_tok, q_ptr, pen_p, pen_t, pen_m, pkey, tkey, dying
+            nonlocal q_head, q_n, q_next, ptok
             keep = np.flatnonzero(~dying)
             pq.compact(keep)
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
@@ -267,7 +294,9 @@ class _Run:
                 x.take(keep, axis=0) for x in (home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey))
             rel_mem, rel_dec = (x.take(keep, axis=1) for x in (rel_mem, rel_dec))   # contiguous: book() writes flat views
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
-            q_ptr = q_ptr.reshape(-1, M).take(keep, axis=0).ravel()
+            q_ptr, q_head, q_n, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel()
+                                          for x in (q_ptr, q_head, q_n, q_next))
+            ptok = ptok.take(keep, axis=0)
             rel_flat = rows * M
             dying = np.zeros(D, dtype=bool)
 
@@ -293,8 +322,18 @@ class _Run:
                         pen_p, pen_t, pen_m = penalties()
                         any_mixed = bool((role == _MIXED).any())
                 pkey, tkey = keys()
-            # prompt machine: the prompt pool's least loaded unless its queue is long
-            pj = np.argmin(np.maximum(W[:, :Cp], t) + pkey[:, :Cp], axis=1)
+            while True:   # retire the prompts done by now, oldest first (FCFS: in end order)
+                f = np.flatnonzero(q_next <= t)
+                if not f.size:
+                    break
+                ptok.ravel()[f] -= q_tok.ravel()[f * R + q_head[f]]
+                q_head[f] = (q_head[f] + 1) % R
+                q_n[f] -= 1
+                q_next[f] = np.where(q_n[f] > 0, q_end.ravel()[f * R + q_head[f]], np.inf)
+            # prompt machine: the prompt pool's least loaded (the reference's sched_pending:
+            # prompt tokens not yet done, the running batch included, plus booked decodes)
+            # unless its queue is long
+            pj = np.argmin(ptok[:, :Cp] + pkey[:, :Cp], axis=1)
             ok_p = (pen_p[rows, pj] == 0.0) & ~long_queue(rows, pj, s)
             # token machine: least booked memory that still fits
             tj = np.argmin(tkey[:, Cp:], axis=1) + Cp
@@ -322,20 +361,31 @@ class _Run:
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
             d_p = ndec[rows, pj]
             tok_p = pj >= Cp
+            tau_p = ttab[tok_p.astype(np.int64), np.clip(d_p, 1, _MAX_DECODES).astype(np.int64)]
             h = np.flatnonzero((d_p > 0) & (W[rows, pj] <= t))   # an idle machine that is decoding
             if h.size:
-                tau_p = ttab[tok_p[h].astype(np.int64), np.minimum(d_p[h], _MAX_DECODES).astype(np.int64)]
-                W[h, pj[h]] = t + self.u[i] * tau_p
-            start, _, _, _, end_p = pq.step(i, t, pj, d_p, tok_p)
+                W[h, pj[h]] = t + self.u[i] * tau_p[h]
+            start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=tau_p)
+            # the decodes booked on that machine wait out the batch time it adds (less one iteration
+            # when they ride in a new mixed batch): their memory and decode-count releases move later
+            loss = delta - np.where(fresh & ride, tau_p, 0.0)
+            late = np.flatnonzero((d_p >= 0.5) & (loss > 0.5 * _RING_S))
+            if late.size:
+                postpone(late, pj[late], start[late], loss[late])
             over = (start - t > self.overload_s) & ~dying
             if over.any():
                 dying |= over
                 stop[act[over]] = i + 1
             f = rel_flat + pj
             k = q_ptr[f]
+            full = q_n[f] == R                      # forget the oldest prompt remembered
+            ptok.ravel()[f] += s - np.where(full, q_tok[f, k], 0.0)
+            q_head[f] = np.where(full, (k + 1) % R, q_head[f])
+            q_n[f] += ~full
             q_end[f, k] = end_p
             q_tok[f, k] = s
             q_ptr[f] = (k + 1) % R
+            q_next[f] = q_end[f, q_head[f]]
             ready = end_p + np.where(same, 0.0, self.xfer[i])
             # the decode: output-1 iterations at its machine's batch size, after joining a batch
             nd = np.clip(ndec[rows, tj] + 1.0, 1, _MAX_DECODES).astype(np.int64)
@@ -348,7 +398,7 @@ class _Run:
         ttft = pq.ttft()
         t1 = self.a[:, None] + ttft + np.where(pmach == dmach, 0.0, self.xfer[:, None])
         base = tau_req * (self.n[:, None] - 1.0 + self.u[:, None])
-        wait = _MachineBusy(pq, M, pmach, dmach, float(np.nanmax(t1 + base))).delays(t1, base, credit=tau_req)
+        wait = _MachineBusy(pq, M, pmach, dmach, float(np.nanmax(t1 + base))).delays(t1, base)
         return self._outcome(pq, tau_req, ttft, t1 + base + wait, oom, stop)
 
     def _outcome(self, pq, tau_req, ttft, last_token, oom, stop) -> FluidOutcome:
@@ -435,9 +485,10 @@ class _PromptQueues:
         self.bstart = np.zeros((N, D))
         self.bdur = np.zeros((N, D))
         self.bride = np.zeros((N, D), dtype=bool)   # decodes ride along (a mixed batch)
+        self.bcred = np.zeros((N, D))               # what a riding decode gets back: its own iteration
         self.rb = np.zeros((N, D), dtype=np.int32)
 
-    def step(self, i, t, j, decodes, on_token=None):
+    def step(self, i, t, j, decodes, on_token=None, credit=None):
         """Queue request i on machine ``j`` of each design.
 
         Returns (batch start, added batch time, new batch?, decodes ride along?, prompt end).
@@ -460,6 +511,8 @@ class _PromptQueues:
         self.bstart[bid, cols] = start
         self.bdur[bid, cols] = new_cost
         self.bride[bid, cols] = ride > 0
+        if credit is not None:
+            self.bcred[bid, cols] = np.where(ride > 0, credit, 0.0)
         self.rb[i, cols] = bid
         self.ob_tok[rows, j] = new_tok
         self.ob_start[rows, j] = start
@@ -484,11 +537,11 @@ class _PromptQueues:
 
 
 class _MachineBusy:
-    """Prompt-batch busy time of each (design, machine) between two instants, vectorized.
+    """The time prompt batches take from the decodes of each (design, machine), vectorized.
 
     The prompt batches on machines that also decode, of all designs, lie on one axis
-    (key = (design x machines + machine) x span + start) with the running sum of their
-    durations, so the busy time of any machine over any interval is a binary search.
+    (key = (design x machines + machine) x span + start) with the running sum of what
+    they take from decodes, so a decode's end on its machine is two binary searches.
     """
 
     def __init__(self, pq: _PromptQueues, C: int, prompt_machine, token_machine, horizon: float) -> None:
@@ -510,46 +563,35 @@ class _MachineBusy:
         order = np.argsort(keys)
         self.k_start = keys[order]
         self.k_len = pq.bdur[batch][order]
-        self.cum = np.concatenate([[0.0], np.cumsum(self.k_len)])
-        self.cum_ride = np.concatenate([[0], np.cumsum(pq.bride[batch][order])])
+        # what each batch takes from the decodes of its machine: all of it, less one decode
+        # iteration in a mixed batch they ride in; and the machine's idle (decode) time before it
+        self.eff = np.maximum(self.k_len - pq.bcred[batch][order], 0.0)
+        self.eff_cum = np.concatenate([[0.0], np.cumsum(self.eff)])
+        self.idle_at = self.k_start - self.eff_cum[:-1]
 
-    def _at(self, key):
-        """(busy time before key, mixed batches begun before key) on key's machine."""
-        idx = np.searchsorted(self.k_start, key, side="right")
-        prev = np.maximum(idx - 1, 0)
-        partial = np.clip(key - self.k_start[prev], 0.0, self.k_len[prev])
-        busy = np.where(idx > 0, self.cum[prev] + partial, 0.0)
-        begun = self.cum_ride[idx - (idx > 0) * (self.k_start[prev] == key)]
-        return busy, begun
-
-    def delays(self, t1, base, credit, rounds: int = 3):
+    def delays(self, t1, base):
         """How long each decode (from ``t1``, ``base`` seconds alone) waits for its machine's prompt batches.
 
-        A decoding request that rides in a mixed batch still gets its token, so it loses
-        only the batch time beyond one decode iteration (``credit``); a prompt batch with
-        no room for decodes pre-empts it for its whole length. The end moves with the
-        delay, so the busy time is recomputed ``rounds`` times (only where it changed).
+        Exact inverse of the machine's idle-time curve (time less the pre-emption of its prompt
+        batches, which are disjoint in time): the decode needs ``base`` seconds of the machine
+        and waits out every prompt batch run there meanwhile (prompts go first), however many
+        come back to back; no fixed-point rounds.
         """
         out = np.zeros(t1.shape)
-        mask = self.mask
+        mask = self.mask & np.isfinite(t1)
         if self.k_start.size == 0 or not mask.any():
             return out
         d_idx = np.broadcast_to(np.arange(t1.shape[1])[None, :], t1.shape)[mask]
-        a = (d_idx * self.C + self.token_machine[mask]).astype(np.float64) * self.span + t1[mask]
+        off = (d_idx * self.C + self.token_machine[mask]).astype(np.float64) * self.span
+        a = off + t1[mask]
         order = np.argsort(a)                  # sorted queries: binary searches walk the axis in order
         a = a[order]
-        busy_a, begun_a = self._at(a)
-        span = base[mask][order]
-        cr = credit[mask][order]
-        extra = np.zeros(a.shape)
-        live = np.arange(a.size)
-        for _ in range(rounds):
-            busy_b, begun_b = self._at(a[live] + span[live] + extra[live])
-            new = np.maximum(busy_b - busy_a[live] - cr[live] * (begun_b - begun_a[live]), 0.0)
-            changed = new != extra[live]
-            extra[live] = new
-            live = live[changed]
-            if live.size == 0:
-                break
-        out[mask] = extra[np.argsort(order)]
+        work = base[mask][order]
+        idx = np.searchsorted(self.k_start, a, side="right") - 1
+        prev = np.maximum(idx, 0)
+        taken = np.where(idx >= 0, self.eff_cum[prev] + np.clip(a - self.k_start[prev], 0.0, self.eff[prev]), 0.0)
+        target = a - taken + work               # idle-time coordinate to reach
+        k = np.searchsorted(self.idle_at, target, side="left")
+        wait = target + self.eff_cum[k] - a - work   # the end lies in the idle gap before batch k
+        out[mask] = wait[np.argsort(order)]
         return out
