@@ -217,7 +217,7 @@ class _Run:
             too large for them to ride in holds the machine's decodes back."""
             dj = ndec[r, j]
             out = (pq.ob_start[r, j] > t) | ((dj >= 0.5) & (W[r, j] > t) & ~pq.bride[pq.ob_id[r, j], act[r]])
-            q = np.flatnonzero(out)
+            q = out.nonzero()[0]
             if q.size:
                 out[q] = ptok[r[q], j[q]] + dj[q] + s > max_pending
             return out
@@ -256,7 +256,7 @@ class _Run:
             f = np.concatenate((fp, ft))
             amount = np.concatenate((sent, np.full(D, m)))
             # released at the bucket boundary nearest the time (not up to a bucket late)
-            b = np.clip(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last, last + L - 1) % L
+            b = np.minimum(np.maximum(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last), last + L - 1) % L
             smem.ravel()[f] += amount
             tkey.ravel()[f] += amount
             rel_mem.ravel()[b * (D * M) + f] += amount
@@ -287,7 +287,7 @@ class _Run:
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, rel_mem, rel_dec, rel_flat
             nonlocal q_end, q_tok, q_ptr, pen_p, pen_t, pen_m, pkey, tkey, dying
             nonlocal q_head, q_n, q_next, ptok
-            keep = np.flatnonzero(~dying)
+            keep = (~dying).nonzero()[0]
             pq.compact(keep)
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
             home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey = (
@@ -323,7 +323,7 @@ class _Run:
                         any_mixed = bool((role == _MIXED).any())
                 pkey, tkey = keys()
             while True:   # retire the prompts done by now, oldest first (FCFS: in end order)
-                f = np.flatnonzero(q_next <= t)
+                f = (q_next <= t).nonzero()[0]
                 if not f.size:
                     break
                 ptok.ravel()[f] -= q_tok.ravel()[f * R + q_head[f]]
@@ -339,7 +339,7 @@ class _Run:
             tj = np.argmin(tkey[:, Cp:], axis=1) + Cp
             ok_t = (pen_t[rows, tj] == 0.0) & fits(rows, tj, m)
             if mixed_on:
-                bad_p, bad_t = np.flatnonzero(~ok_p), np.flatnonzero(~ok_t)
+                bad_p, bad_t = (~ok_p).nonzero()[0], (~ok_t).nonzero()[0]
                 if any_mixed:   # then the mixed pool
                     if bad_p.size:
                         bad_p = mixed(bad_p, jsq, pj, ok_p, lambda r, j: ~long_queue(r, j, s))
@@ -349,7 +349,7 @@ class _Run:
                     borrow(bad_p, pen_t, decodes, Cp, M, pj, ok_p)
                 if bad_t.size:   # and a prompt machine for decodes
                     borrow(bad_t, pen_p, memory, 0, Cp, tj, ok_t)
-                stuck = np.flatnonzero(~(ok_p & ok_t))
+                stuck = (~(ok_p & ok_t)).nonzero()[0]
                 if stuck.size:   # nowhere to go: prompt and decode on the least loaded machine
                     fj, _ = pick(stuck, absent, jsq, 0, M)
                     pj[stuck] = fj
@@ -361,15 +361,15 @@ class _Run:
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
             d_p = ndec[rows, pj]
             tok_p = pj >= Cp
-            tau_p = ttab[tok_p.astype(np.int64), np.clip(d_p, 1, _MAX_DECODES).astype(np.int64)]
-            h = np.flatnonzero((d_p > 0) & (W[rows, pj] <= t))   # an idle machine that is decoding
+            tau_p = ttab[tok_p.astype(np.int64), np.minimum(np.maximum(d_p, 1.0), _MAX_DECODES).astype(np.int64)]
+            h = ((d_p > 0) & (W[rows, pj] <= t)).nonzero()[0]   # an idle machine that is decoding
             if h.size:
                 W[h, pj[h]] = t + self.u[i] * tau_p[h]
             start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=tau_p)
             # the decodes booked on that machine wait out the batch time it adds (less one iteration
             # when they ride in a new mixed batch): their memory and decode-count releases move later
             loss = delta - np.where(fresh & ride, tau_p, 0.0)
-            late = np.flatnonzero((d_p >= 0.5) & (loss > 0.5 * _RING_S))
+            late = ((d_p >= 0.5) & (loss > 0.5 * _RING_S)).nonzero()[0]
             if late.size:
                 postpone(late, pj[late], start[late], loss[late])
             over = (start - t > self.overload_s) & ~dying
@@ -388,7 +388,7 @@ class _Run:
             q_next[f] = q_end[f, q_head[f]]
             ready = end_p + np.where(same, 0.0, self.xfer[i])
             # the decode: output-1 iterations at its machine's batch size, after joining a batch
-            nd = np.clip(ndec[rows, tj] + 1.0, 1, _MAX_DECODES).astype(np.int64)
+            nd = np.minimum(np.maximum(ndec[rows, tj] + 1.0, 1.0), _MAX_DECODES).astype(np.int64)
             tau = ttab[(tj >= Cp).astype(np.int64), nd]
             end = ready + tau * (self.n[i] - 1.0 + self.u[i])
             book(pj, np.where(same, 0.0, self.kv * (s + 1.0)), ready, tj, m, end)   # prompt KV freed after the transfer
