@@ -24,6 +24,8 @@ def percentiles(values: dict[str, np.ndarray], pcts=PERCENTILES) -> dict[str, di
     out = {}
     for m, v in values.items():
         v = np.where(np.isnan(v), np.inf, v)
-        q = np.percentile(v, list(pcts), axis=-1)
+        with np.errstate(invalid="ignore"):   # interpolating between two unfinished (inf) requests
+            q = np.percentile(v, list(pcts), axis=-1)
+        q = np.where(np.isnan(q), np.inf, q)    # inf - inf in the interpolation: still unfinished
         out[m] = {p: q[i] for i, p in enumerate(pcts)}
     return out

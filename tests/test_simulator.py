@@ -88,7 +88,7 @@ def test_fluid_agrees_with_reference_on_pass_fail(reference):
     for system, g in table.groupby("system"):
         res = sim.run_many(system, list(zip(g.n_prompt, g.n_token)))
         agree += sum(r.slo_met == bool(ok) for r, ok in zip(res, g.all_slos_met))
-    assert agree / len(table) >= 0.9
+    assert agree / len(table) >= 0.95
 
 
 ORACLE_CASES = [("HH", 8, 3, 20.0, "coding"), ("AA", 10, 6, 12.0, "conversation"),
@@ -124,6 +124,64 @@ def test_a_batch_of_designs_gives_what_each_gives_alone():
         alone = sim.run("HH", *pt)
         for metric, pcts in alone.latency_s.items():   # equal up to float summation order
             assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
+
+
+# Points near the SLO boundary where the fluid model once read optimistic (A100 token pools,
+# starved token pools): it must now give the oracle's verdict and a close tightest ratio.
+BOUNDARY = [("HA", 19, 20), ("HA", 26, 6), ("HH", 24, 4), ("HH", 23, 6), ("AA", 40, 20), ("AA", 55, 7)]
+
+
+@pytest.fixture(scope="module")
+def coding70():
+    return load_workload("coding").generate(70.0, duration_s=120.0, seed=0)
+
+
+@pytest.mark.parametrize("design,n_prompt,n_token", BOUNDARY)
+def test_fluid_gives_the_oracles_verdict_near_the_slo_boundary(coding70, design, n_prompt, n_token):
+    fluid = Simulator(coding70, method="fluid").run(design, n_prompt, n_token)
+    oracle = Simulator(coding70, method="events").run(design, n_prompt, n_token)
+    assert fluid.slo_met == oracle.slo_met
+    assert fluid.tightest["ratio"] == pytest.approx(oracle.tightest["ratio"], rel=0.2)
+
+
+def test_an_overloaded_design_is_stopped_and_the_batch_is_unchanged():
+    # One prompt machine cannot hold 20 req/s: its queue passes every latency limit, the fluid
+    # model stops it there (its later requests unfinished) and drops it from the batch; the
+    # other designs of the batch must give exactly what they give alone.
+    stream = load_workload("coding").generate(20.0, duration_s=60.0, seed=1)
+    sim = Simulator(stream)
+    pts = [(1, 1), (8, 2), (10, 3)]
+    batch = sim.run_many("HH", pts)
+    over = batch[0]
+    assert over.overloaded and not over.slo_met
+    assert 0 < over.completed < over.requests
+    for pt, r in zip(pts[1:], batch[1:]):
+        alone = sim.run("HH", *pt)
+        assert not r.overloaded and r.completed == r.requests
+        for metric, pcts in alone.latency_s.items():
+            assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
+
+
+def test_a_decode_waits_out_the_prompt_batches_of_its_machine():
+    # Hand-computed: prompt batches run on machine 0 at [1, 2] and [2.5, 3]; a decode there
+    # from t=0.5 needing 1.0 s of the machine runs 0.5-1, waits 1-2, runs 2-2.5: it waits 1.0 s.
+    # A second decode from 0.5 needing 2.0 s also waits out the second batch: 1.5 s.
+    from types import SimpleNamespace
+
+    from splitwise_plan.fluid import _MachineBusy
+
+    bstart = np.array([[1.0], [2.5], [0.0], [0.0]])
+    bdur = np.array([[1.0], [0.5], [0.0], [0.0]])
+    rb = np.array([[0], [1], [0], [1]], dtype=np.int32)     # requests 2, 3: decodes only
+    pq = SimpleNamespace(bstart=bstart, bdur=bdur, bcred=np.zeros_like(bstart),
+                         leaders=lambda: rb == np.arange(4)[:, None])
+    pmach = np.zeros((4, 1), dtype=np.int32)
+    busy = _MachineBusy(pq, 1, pmach, pmach, horizon=10.0)
+    t1 = np.array([[0.0], [0.0], [0.5], [0.5]])
+    base = np.array([[0.0], [0.0], [1.0], [2.0]])
+    wait = busy.delays(t1, base)
+    assert wait[2, 0] == pytest.approx(1.0)
+    assert wait[3, 0] == pytest.approx(1.5)
 
 
 def test_more_prompt_machines_never_raise_ttft_much():
