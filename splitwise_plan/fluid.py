@@ -422,7 +422,10 @@ class _Run:
         Each prompt batch scheduled on a machine delays the decodes running there at its
         start, as it happens: by the batch time less one decode iteration when they ride
         along in the mixed batch, by the whole batch time when the prompt leaves them no
-        room. So the JSQ routing sees each machine's true decode count.
+        room. So the JSQ routing sees each machine's true decode count. A prompt that finds
+        the machine decoding starts at the next boundary of its iteration grid (iterations
+        run back to back from the end of the last prompt batch or decode there), and only
+        the decodes still running at the batch start ride in it (mixed batch, 1.1x).
         """
         D, N = self.D, len(self.a)
         pq = _PromptQueues(self, self.C)
@@ -431,12 +434,14 @@ class _Run:
         absent = np.where(present, 0.0, np.inf)
         K = _DECODE_SLOTS
         dend = np.zeros((D, self.C, K))        # end times of the decodes on each machine
+        dready = np.zeros((D, self.C, K))      # when their prompt batch ends and they start decoding
         dtau = np.zeros((D, self.C, K))        # their decode iteration times
         dreq = np.full((D, self.C, K), -1, dtype=np.int64)
         done = np.zeros((N + 1, D))            # last-token times; row N takes empty slots
         tau_req = np.zeros((N, D))
         ttab = self.ttab_p
         inv_tps = 1.0 / self.tokens_per_s
+        eps = 1e-9
         for i in range(N):
             t = self.a[i]
             dec = (dend > t).sum(axis=2)                           # decodes per machine
@@ -444,18 +449,32 @@ class _Run:
             j = np.argmin(np.maximum(W, t) + dec * inv_tps + absent, axis=1)
             d_j = dec[rows, j].astype(np.float64)
             tau = ttab[np.maximum(dec[rows, j], 1)]
-            # a prompt stops a running decode batch at its next iteration boundary
-            W[rows, j] = np.where((W[rows, j] <= t) & (d_j > 0), t + self.u[i] * tau, W[rows, j])
-            start, delta, fresh, ride, ready = pq.step(i, t, j, d_j)
-            # the machine's running decodes wait out the new batch time
+            # a prompt stops a running decode batch at its next iteration boundary: the machine's
+            # decode iterations run back to back since its last prompt batch ended (at W) or,
+            # later, since the last decode there ended (a new run of the smaller batch starts)
+            Wj = W[rows, j]
             ends = dend[rows, j]
+            grid = np.maximum(Wj, np.max(np.where(ends <= t, ends, 0.0), axis=1))
+            W[rows, j] = np.where((Wj <= t) & (d_j > 0), grid + (np.floor((t - grid) / tau) + 1.0) * tau, Wj)
+            # the decodes that share the batch: those decoding when it starts (their prompt done,
+            # their last token not yet), not the ones that finish before it nor its own prompts.
+            # Decodes end on the machine's iteration grid, as batches start: one that ends within
+            # half an iteration of the start ends at that boundary, before the batch.
+            ends, rdy = dend[rows, j], dready[rows, j]
+            half = 0.5 * tau[:, None]
+            at = pq.batch_start(i, t, j)[:, None]
+            riding = ((rdy <= at + eps) & (ends > at + half)).sum(axis=1).astype(np.float64)
+            start, delta, fresh, ride, ready = pq.step(i, t, j, riding)
+            # the machine's running decodes wait out the new batch time
             loss = delta[:, None] - np.where((fresh & ride)[:, None], dtau[rows, j], 0.0)
-            dend[rows, j] = ends + np.where(ends > start[:, None], np.maximum(loss, 0.0), 0.0)
+            dend[rows, j] = ends + np.where(ends > start[:, None] + half, np.maximum(loss, 0.0), 0.0)
+            dready[rows, j] = rdy + np.where(rdy > start[:, None], delta[:, None], 0.0)   # a joined batch grew
             tau_req[i] = tau
             slot = np.argmin(dend[rows, j], axis=1)
             old = dreq[rows, j, slot]
             done[np.where(old >= 0, old, N), rows] = dend[rows, j, slot]
             dend[rows, j, slot] = ready + tau * (self.n[i] - 1.0)   # decoding starts with the next iteration
+            dready[rows, j, slot] = ready
             dtau[rows, j, slot] = tau
             dreq[rows, j, slot] = i
         live = dreq >= 0
@@ -488,6 +507,20 @@ class _PromptQueues:
         self.bcred = np.zeros((N, D))               # what a riding decode gets back: its own iteration
         self.rb = np.zeros((N, D), dtype=np.int32)
 
+    def _join(self, i, t, j):
+        """(machine's queue end, its last batch's tokens, may request i join that batch?)."""
+        rows = self.rows
+        Wj = self.W[rows, j]
+        otok = self.ob_tok[rows, j]
+        joinable = ((Wj > t) & (self.ob_start[rows, j] > t) & (otok > 0)
+                    & (otok + self.run.s[i] <= self.run.cfg.max_batch_tokens))
+        return Wj, otok, joinable
+
+    def batch_start(self, i, t, j):
+        """When request i's prompt batch would start on machine ``j`` of each design (as ``step``)."""
+        Wj, _, joinable = self._join(i, t, j)
+        return np.where(joinable, self.ob_start[self.rows, j], np.maximum(Wj, t))
+
     def step(self, i, t, j, decodes, on_token=None, credit=None):
         """Queue request i on machine ``j`` of each design.
 
@@ -495,10 +528,7 @@ class _PromptQueues:
         """
         run, rows = self.run, self.rows
         s = run.s[i]
-        Wj = self.W[rows, j]
-        otok = self.ob_tok[rows, j]
-        joinable = ((Wj > t) & (self.ob_start[rows, j] > t) & (otok > 0)
-                    & (otok + s <= run.cfg.max_batch_tokens))
+        Wj, otok, joinable = self._join(i, t, j)
         new_tok = np.where(joinable, otok + s, s)
         new_cost, ride = run._batch_cost(new_tok, decodes, on_token)
         bid = np.where(joinable, self.ob_id[rows, j], i)
