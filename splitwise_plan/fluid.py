@@ -8,20 +8,24 @@ more than one. Per design it keeps:
   behind the same busy machine share one batch of at most ``max_batch_tokens`` tokens;
 - every machine's booked KV memory and decodes (the reference scheduler's accounting:
   ``kv(prompt + output)`` from routing to the last token), released through a ring of
-  time buckets, and its role: prompt pool, token pool or mixed pool. Routing follows
-  the reference's cluster-level rules (JSQ, long prompt queues borrow token machines,
-  full token machines borrow prompt machines, borrowed machines go home when empty);
+  time buckets (moved later when prompt batches on the machine delay its decodes), its
+  pending prompt tokens, and its role: prompt pool, token pool or mixed pool. Routing
+  follows the reference's cluster-level rules (JSQ on pending prompt tokens plus booked
+  decodes, long prompt queues borrow token machines, full token machines borrow prompt
+  machines, borrowed machines go home when empty);
 - decoding as ``output - 1`` iterations of the token-phase time at its machine's batch
   size, plus part of an iteration to join a running batch, after the KV transfer;
 - mixed batches as the machine-level scheduler builds them: prompts first, then the
   decodes that fit in ``max_batch_tokens`` (1.1x batch time); a decode loses the
   batch time less one iteration when it rides along, all of it when pre-empted. On
-  baselines that delay is applied per machine as batches are scheduled, so routing
-  sees each machine's true decode count; on Splitwise pools it is added afterwards
-  from the prompt batches of each decode's machine (``_MachineBusy``).
+  baselines that delay is applied per machine as batches are scheduled (a prompt waits
+  for the machine's iteration boundary; only the decodes running at the batch start
+  ride), so routing sees each machine's true decode count; on Splitwise pools each
+  decode afterwards waits out every prompt batch of its machine (``_MachineBusy``).
 
-It is an approximation of the discrete-event rules in ``oracle.py``; benchmarks and
-tests measure how close.
+A design whose queue makes a request wait longer than ``overload_s`` is stopped there
+and dropped from the batch (its later requests are unfinished). It is an approximation
+of the discrete-event rules in ``oracle.py``; benchmarks and tests measure how close.
 """
 
 from __future__ import annotations
