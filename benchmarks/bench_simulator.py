@@ -2,8 +2,10 @@
 
     python benchmarks/bench_simulator.py [--events]
 
-Reads the reference results from ../shared (skips that part when absent). ``--events``
-also runs the discrete-event oracle on all 75 reference rows (about 2 minutes).
+Reads the reference results from ../shared (skips that part when absent); compares the
+fluid model with the discrete-event oracle on 72 varied points (about 40 s); times a
+batch and the Splitwise-HH 39x39 sweep. ``--events`` also runs the oracle on all 75
+reference rows.
 """
 
 from __future__ import annotations
@@ -60,6 +62,31 @@ def fidelity(method: str) -> None:
     print(f"[fidelity:{method}] {len(table)} rows in {wall:.1f} s")
 
 
+def oracle_agreement() -> None:
+    """The fluid model against the discrete-event oracle: varied designs, rates and both workloads."""
+    # counts around each design's boundary at 70 req/s (coding), scaled with the rate
+    near = {"HH": (24, 5), "HHcap": (24, 5), "HA": (26, 6), "AA": (55, 7), "H100": (52, 0), "A100": (118, 0)}
+    agree = total = 0
+    errs = []
+    t0 = time.perf_counter()
+    for workload in ("coding", "conversation"):
+        for rate in (30.0, 70.0):
+            stream = load_workload(workload).generate(rate, duration_s=60.0, seed=7)
+            fluid, events = Simulator(stream, method="fluid"), Simulator(stream, method="events")
+            for design, (p, t) in near.items():
+                pts = [(max(1, round(p * rate / 70 * k)), max(0 if t == 0 else 1, round(t * rate / 70)))
+                       for k in (0.9, 1.0, 1.1)]
+                for f, o in zip(fluid.run_many(design, pts), events.run_many(design, pts)):
+                    total += 1
+                    agree += f.slo_met == o.slo_met
+                    if not o.overloaded and np.isfinite(_raw(o)).all():
+                        errs.append(np.median(np.abs(_raw(f) / _raw(o) - 1)))
+    print(f"[oracle] fluid vs discrete-event oracle, {total} points (6 designs x 3 sizes x 30 and 70 req/s x "
+          f"coding and conversation, 60 s streams): pass/fail agreement {agree}/{total} = {agree / total:.1%}, "
+          f"median relative error of the nine raw percentiles {np.median(errs):.1%} "
+          f"({time.perf_counter() - t0:.0f} s)")
+
+
 def speed() -> None:
     stream = load_workload("coding").generate(70.0, duration_s=120.0, seed=0)
     sim = Simulator(stream)
@@ -96,5 +123,6 @@ if __name__ == "__main__":
     fidelity("fluid")
     if args.events:
         fidelity("events")
+    oracle_agreement()
     speed()
     sys.exit(0)
