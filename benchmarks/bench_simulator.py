@@ -106,7 +106,7 @@ def speed() -> None:
           f"and stopped early), 2 workers: {wall:.1f} s wall (target <= 10 s); reference ~{ref / 3600:.1f} "
           f"CPU-hours: {ref / wall:,.0f}x")
     # the peak memory of one worker's share, run in a child process so that its peak is measurable
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")   # a fresh process, as the sweep's workers are
     child = ctx.Process(target=sim.run_many, args=("HH", grid[0::2]))
     child.start()
     child.join()

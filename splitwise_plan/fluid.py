@@ -43,7 +43,7 @@ _RING = 512            # buckets in the ring: releases up to 128 s ahead
 _PENDING = 16          # prompts remembered per machine for JSQ and the queue-length rule
 _POSTPONE = 64         # buckets after a prompt batch whose releases it postpones (16 s)
 _PROMPT, _TOKEN, _MIXED, _ABSENT = 0, 1, 2, 3   # machine roles
-_CHUNK = 256          # designs simulated together (memory grows with designs x requests)
+CHUNK = 256           # designs simulated together (memory grows with designs x requests)
 _DECODE_SLOTS = 16      # decodes tracked per baseline machine (more only when overloaded)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 
@@ -71,8 +71,8 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
         if c.design != first.design or c.model != first.model or c.scheduler != first.scheduler:
             raise ValueError("simulate_fluid batches clusters of one design, model and scheduler")
     outs = []
-    for lo in range(0, len(clusters), _CHUNK):   # bounded memory: designs x requests arrays per chunk
-        run = _Run(clusters[lo:lo + _CHUNK], stream, overload_s)
+    for lo in range(0, len(clusters), CHUNK):   # bounded memory: designs x requests arrays per chunk
+        run = _Run(clusters[lo:lo + CHUNK], stream, overload_s)
         outs.append(run.baseline() if first.is_baseline else run.splitwise())
     if len(outs) == 1:
         return outs[0]
@@ -399,6 +399,7 @@ class _Run:
             tau_req[i, act] = tau
             pmach[i, act] = pj
             dmach[i, act] = tj
+        rel_mem = rel_dec = q_end = q_tok = None   # the loop's state: free it before the per-request work
         ttft = pq.ttft()
         t1 = self.a[:, None] + ttft + np.where(pmach == dmach, 0.0, self.xfer[:, None])
         base = tau_req * (self.n[:, None] - 1.0 + self.u[:, None])
@@ -407,9 +408,10 @@ class _Run:
 
     def _outcome(self, pq, tau_req, ttft, last_token, oom, stop) -> FluidOutcome:
         """Per-request TTFT and E2E (designs x requests) and each design's utilization."""
-        unfinished = np.arange(len(self.a))[:, None] >= stop[None, :]
-        ttft = np.where(unfinished, np.nan, ttft)
-        last_token = np.where(unfinished, np.nan, last_token)
+        if (stop < len(self.a)).any():
+            unfinished = np.arange(len(self.a))[:, None] >= stop[None, :]
+            ttft = np.where(unfinished, np.nan, ttft)
+            last_token = np.where(unfinished, np.nan, last_token)
         e2e = last_token - self.a[:, None]
         horizon = np.maximum(np.nanmax(last_token, axis=0), 1e-9)
         prompt_busy = pq.bdur.sum(axis=0)

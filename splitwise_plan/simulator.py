@@ -194,9 +194,14 @@ class Simulator:
             oom = [o.oom for o in outs]
             over = [False] * len(outs)
         else:
-            from .fluid import simulate_fluid
-            out = simulate_fluid(clusters, self.stream, self.overload_s)
-            ttft, e2e, util, oom, over = out.ttft, out.e2e, list(out.utilization), list(out.oom), list(out.overloaded)
+            from .fluid import CHUNK, simulate_fluid
+            results = []
+            for lo in range(0, len(clusters), CHUNK):   # per chunk: per-request arrays never pile up
+                part = clusters[lo:lo + CHUNK]
+                out = simulate_fluid(part, self.stream, self.overload_s)
+                results += self._results(part, out.ttft, out.e2e, list(out.utilization), list(out.oom),
+                                         list(out.overloaded), method)
+            return results
         return self._results(clusters, ttft, e2e, util, oom, over, method)
 
     def _results(self, clusters, ttft, e2e, util, oom, over, method) -> list[SimulationResult]:
