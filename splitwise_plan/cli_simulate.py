@@ -73,6 +73,14 @@ def _opt_duration():
     return typer.Option(120.0, "--duration", metavar="S", help="Length of the generated stream, seconds.")
 
 
+def _opt_model():
+    return typer.Option("bloom-176b", "--model", help="Model as named in the profiles.")
+
+
+def _opt_tp():
+    return typer.Option(8, "--tp", help="Tensor parallelism.")
+
+
 def _opt_seed():
     return typer.Option(0, "--seed", help="Seed of the generated stream.")
 
@@ -341,8 +349,8 @@ def simulate_cmd(
     machines: Optional[int] = typer.Option(None, "--machines", "-m", help="Machines (baselines)."),
     rps: Optional[float] = typer.Option(None, "--rps", help="Request rate of the generated stream, req/s."),
     workload: str = _opt_workload(),
-    model: str = typer.Option("bloom-176b", "--model", help="Model as named in the profiles."),
-    tp: int = typer.Option(8, "--tp", help="Tensor parallelism."),
+    model: str = _opt_model(),
+    tp: int = _opt_tp(),
     trace: Optional[Path] = _opt_trace(),
     duration: float = _opt_duration(),
     seed: int = _opt_seed(),
@@ -408,8 +416,8 @@ def sweep_cmd(
     machines: Optional[str] = typer.Option(None, "--machines", "-m", metavar="RANGE", help="Machines (baselines)."),
     rps: Optional[float] = typer.Option(None, "--rps", help="Request rate of the generated stream, req/s."),
     workload: str = _opt_workload(),
-    model: str = typer.Option("bloom-176b", "--model", help="Model as named in the profiles."),
-    tp: int = typer.Option(8, "--tp", help="Tensor parallelism."),
+    model: str = _opt_model(),
+    tp: int = _opt_tp(),
     trace: Optional[Path] = _opt_trace(),
     duration: float = _opt_duration(),
     seed: int = _opt_seed(),

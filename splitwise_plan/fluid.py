@@ -123,17 +123,13 @@ class _Run:
         ``max_batch_tokens`` (one token each); a batch with decodes is a mixed batch.
         Returns (seconds, decodes that ride along).
         """
-        if not decodes.any():   # no decode on any of the machines: plain prompt batches
-            ride = decodes
-            idx = np.minimum(tokens.astype(np.int64), self.ptab_p.size - 1)
-        else:
-            ride = np.minimum(decodes, np.maximum(self.cfg.max_batch_tokens - tokens, 0.0))
-            idx = np.minimum((tokens + ride).astype(np.int64), self.ptab_p.size - 1)
+        mixed = decodes.any()   # else plain prompt batches on every machine
+        ride = np.minimum(decodes, np.maximum(self.cfg.max_batch_tokens - tokens, 0.0)) if mixed else decodes
+        idx = np.minimum((tokens + ride).astype(np.int64), self.ptab_p.size - 1)
         secs = self.ptab_p[idx]
         if on_token is not None and self.ptab_t is not None and on_token.any():   # borrowed token machines of other hardware
             secs = np.where(on_token, self.ptab_t[idx], secs)
-        return (np.where(ride > 0, MIXED_BATCH_FACTOR, 1.0) * secs if decodes.any() else secs), ride
-
+        return (np.where(ride > 0, MIXED_BATCH_FACTOR, 1.0) * secs if mixed else secs), ride
 
     # -- Splitwise ----------------------------------------------------------------------
     def splitwise(self) -> FluidOutcome:
@@ -169,7 +165,6 @@ class _Run:
         R = _PENDING
         q_end = np.zeros((D * M, R))            # the last prompts queued on each machine
         q_tok = np.zeros((D * M, R))
-        q_ptr = np.zeros(D * M, dtype=np.int64)
         q_head = np.zeros(D * M, dtype=np.int64)    # the oldest prompt of each machine not yet done
         q_n = np.zeros(D * M, dtype=np.int64)       # prompts not yet done (at most R remembered)
         q_next = np.full(D * M, np.inf)             # when the oldest of them is done
@@ -289,7 +284,7 @@ class _Run:
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, rel_mem, rel_dec, rel_flat
-            nonlocal q_end, q_tok, q_ptr, pen_p, pen_t, pen_m, pkey, tkey, dying
+            nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
             nonlocal q_head, q_n, q_next, ptok
             keep = (~dying).nonzero()[0]
             pq.compact(keep)
@@ -298,8 +293,7 @@ class _Run:
                 x.take(keep, axis=0) for x in (home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey))
             rel_mem, rel_dec = (x.take(keep, axis=1) for x in (rel_mem, rel_dec))   # contiguous: book() writes flat views
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
-            q_ptr, q_head, q_n, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel()
-                                          for x in (q_ptr, q_head, q_n, q_next))
+            q_head, q_n, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel() for x in (q_head, q_n, q_next))
             ptok = ptok.take(keep, axis=0)
             rel_flat = rows * M
             dying = np.zeros(D, dtype=bool)
@@ -381,14 +375,13 @@ class _Run:
                 dying |= over
                 stop[act[over]] = i + 1
             f = rel_flat + pj
-            k = q_ptr[f]
+            k = (q_head[f] + q_n[f]) % R            # the next slot of the machine's prompt ring
             full = q_n[f] == R                      # forget the oldest prompt remembered
             ptok.ravel()[f] += s - np.where(full, q_tok[f, k], 0.0)
             q_head[f] = np.where(full, (k + 1) % R, q_head[f])
             q_n[f] += ~full
             q_end[f, k] = end_p
             q_tok[f, k] = s
-            q_ptr[f] = (k + 1) % R
             q_next[f] = q_end[f, q_head[f]]
             ready = end_p + np.where(same, 0.0, self.xfer[i])
             # the decode: output-1 iterations at its machine's batch size, after joining a batch
@@ -403,8 +396,9 @@ class _Run:
         ttft = pq.ttft()
         t1 = self.a[:, None] + ttft + np.where(pmach == dmach, 0.0, self.xfer[:, None])
         base = tau_req * (self.n[:, None] - 1.0 + self.u[:, None])
-        wait = _MachineBusy(pq, M, pmach, dmach, float(np.nanmax(t1 + base))).delays(t1, base)
-        return self._outcome(pq, tau_req, ttft, t1 + base + wait, oom, stop)
+        alone = t1 + base                       # the last token if no prompt batch delayed the decode
+        wait = _MachineBusy(pq, M, pmach, dmach, float(np.nanmax(alone))).delays(t1, base)
+        return self._outcome(pq, tau_req, ttft, alone + wait, oom, stop)
 
     def _outcome(self, pq, tau_req, ttft, last_token, oom, stop) -> FluidOutcome:
         """Per-request TTFT and E2E (designs x requests) and each design's utilization."""
