@@ -126,9 +126,9 @@ class _Run:
         mixed = decodes.any()   # else plain prompt batches on every machine
         ride = np.minimum(decodes, np.maximum(self.cfg.max_batch_tokens - tokens, 0.0)) if mixed else decodes
         idx = np.minimum((tokens + ride).astype(np.int64), self.ptab_p.size - 1)
-        secs = self.ptab_p[idx]
+        secs = self.ptab_p.take(idx)
         if on_token is not None and self.ptab_t is not None and on_token.any():   # borrowed token machines of other hardware
-            secs = np.where(on_token, self.ptab_t[idx], secs)
+            secs = np.where(on_token, self.ptab_t.take(idx), secs)
         return (np.where(ride > 0, MIXED_BATCH_FACTOR, 1.0) * secs if mixed else secs), ride
 
     # -- Splitwise ----------------------------------------------------------------------
@@ -176,6 +176,9 @@ class _Run:
         stop = np.full(D, N)                    # the first request each design does not finish
         dying = np.zeros(D, dtype=bool)
         ttab = np.stack([self.ttab_p, self.ttab_t])   # token time by (on a token machine?, batch size)
+        ttab_flat, K = ttab.ravel(), ttab.shape[1]
+        DM = D * M
+        whole = True                            # no design dropped yet: the loop writes whole rows
         max_pending = cfg.prompt_max_pending_tokens
         mixed_on = cfg.mixed_pool
         last = 0
@@ -214,15 +217,18 @@ class _Run:
             """The reference's rule: the machine has a queue and its sched_pending (with this prompt)
             exceeds the limit. Its queue is not empty while a prompt waits, or while a prompt batch
             too large for them to ride in holds the machine's decodes back."""
-            dj = ndec[r, j]
-            out = (pq.ob_start[r, j] > t) | ((dj >= 0.5) & (W[r, j] > t) & ~pq.bride[pq.ob_id[r, j], act[r]])
+            f = r * M + j
+            dj = ndec.take(f)
+            out = ptok.take(f) + dj + s > max_pending
             q = out.nonzero()[0]
-            if q.size:
-                out[q] = ptok[r[q], j[q]] + dj[q] + s > max_pending
+            if q.size:   # the load is over the limit: is there a queue?
+                fq = f[q]
+                out[q] = (pq.ob_start.take(fq) > t) | (
+                    (dj[q] >= 0.5) & (W.take(fq) > t) & ~pq.bride[pq.ob_id.take(fq), act[r[q]]])
             return out
 
         def fits(r, j, m):
-            return smem[r, j] + m < cap[j]
+            return smem.take(r * M + j) + m < cap.take(j)
 
         def mixed(bad, key, j, ok, check):
             """Designs ``bad`` try the mixed pool's least-``key`` machine; returns those still without one."""
@@ -246,22 +252,22 @@ class _Run:
             j[r] = c
             ok[r] = True
 
-        def book(pj, sent, ready, tj, m, end):
+        def book(fp, sent, ready, ft, m, end):
             """Book ``sent`` KV bytes on the prompt machines until ``ready``, ``m`` and a decode on the token machines until ``end``.
 
-            (Where both are one machine ``sent`` is 0, so the duplicate index loses nothing.)
+            ``fp`` and ``ft`` are flat (design, machine) indices. (Where both are one machine
+            ``sent`` is 0, so the duplicate index loses nothing.)
             """
-            fp, ft = rel_flat + pj, rel_flat + tj
             f = np.concatenate((fp, ft))
             amount = np.concatenate((sent, np.full(D, m)))
             # released at the bucket boundary nearest the time (not up to a bucket late)
             b = np.minimum(np.maximum(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last), last + L - 1) % L
             smem.ravel()[f] += amount
             tkey.ravel()[f] += amount
-            rel_mem.ravel()[b * (D * M) + f] += amount
+            rel_mem.ravel()[b * DM + f] += amount
             ndec.ravel()[ft] += 1.0
             pkey.ravel()[ft] += 1.0
-            rel_dec.ravel()[b[D:] * (D * M) + ft] += 1.0
+            rel_dec.ravel()[b[D:] * DM + ft] += 1.0
 
         def postpone(rr, jj, start, loss):
             """Move the releases booked on machines ``jj`` of designs ``rr`` in the ``_POSTPONE``
@@ -270,22 +276,24 @@ class _Run:
             S = _POSTPONE + int(shift.max())
             first = np.maximum((start / _RING_S).astype(np.int64) + 1, last)
             inside = first + S <= last + L          # else the batch is over 100 s ahead: leave it
-            rr, jj, shift, first = rr[inside], jj[inside], shift[inside, None], first[inside, None]
+            if not inside.all():
+                rr, jj, shift, first = rr[inside], jj[inside], shift[inside], first[inside]
             pos = np.arange(S)[None, :]
-            idx = (first + pos) % L
+            fi = (first[:, None] + pos) % L * DM + (rr * M + jj)[:, None]
+            shift = shift[:, None]
             src = np.maximum(pos - shift, 0)
             lands = (pos >= shift) & (pos - shift < _POSTPONE)
             stays = pos >= _POSTPONE
             for ring in (rel_mem, rel_dec):
-                vals = ring[idx, rr[:, None], jj[:, None]]
+                vals = ring.take(fi)
                 moved = np.where(lands, np.take_along_axis(vals, src, axis=1), 0.0) + np.where(stays, vals, 0.0)
-                ring[idx, rr[:, None], jj[:, None]] = moved
+                np.put(ring, fi, moved)
 
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, rel_mem, rel_dec, rel_flat
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
-            nonlocal q_head, q_n, q_next, ptok
+            nonlocal q_head, q_n, q_next, ptok, DM, whole
             keep = (~dying).nonzero()[0]
             pq.compact(keep)
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
@@ -296,6 +304,8 @@ class _Run:
             q_head, q_n, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel() for x in (q_head, q_n, q_next))
             ptok = ptok.take(keep, axis=0)
             rel_flat = rows * M
+            DM = D * M
+            whole = False
             dying = np.zeros(D, dtype=bool)
 
         for i in range(N):
@@ -324,74 +334,94 @@ class _Run:
                 f = (q_next <= t).nonzero()[0]
                 if not f.size:
                     break
-                ptok.ravel()[f] -= q_tok.ravel()[f * R + q_head[f]]
-                q_head[f] = (q_head[f] + 1) % R
-                q_n[f] -= 1
-                q_next[f] = np.where(q_n[f] > 0, q_end.ravel()[f * R + q_head[f]], np.inf)
+                qh = q_head.take(f)
+                np.put(ptok, f, ptok.take(f) - q_tok.take(f * R + qh))
+                qh = (qh + 1) % R
+                qn = q_n.take(f) - 1
+                np.put(q_head, f, qh)
+                np.put(q_n, f, qn)
+                np.put(q_next, f, np.where(qn > 0, q_end.take(f * R + qh), inf))
             # prompt machine: the prompt pool's least loaded (the reference's sched_pending:
             # prompt tokens not yet done, the running batch included, plus booked decodes)
             # unless its queue is long
-            pj = np.argmin(ptok[:, :Cp] + pkey[:, :Cp], axis=1)
-            ok_p = (pen_p[rows, pj] == 0.0) & ~long_queue(rows, pj, s)
-            # token machine: least booked memory that still fits
-            tj = np.argmin(tkey[:, Cp:], axis=1) + Cp
-            ok_t = (pen_t[rows, tj] == 0.0) & fits(rows, tj, m)
+            kp = ptok[:, :Cp] + pkey[:, :Cp]
+            pj = kp.argmin(axis=1)
+            load = kp.take(rows * Cp + pj)          # inf off the prompt pool
+            ok_p = load < inf
+            q = ((load + s > max_pending) & ok_p).nonzero()[0]
+            if q.size:   # over the limit: long if the machine has a queue (as long_queue)
+                ok_p[q] = ~long_queue(q, pj[q], s)
+            # token machine: least booked memory that still fits (inf off the token pool)
+            tj = tkey[:, Cp:].argmin(axis=1) + Cp
+            ok_t = tkey.take(rel_flat + tj) + m < cap.take(tj)
             if mixed_on:
-                bad_p, bad_t = (~ok_p).nonzero()[0], (~ok_t).nonzero()[0]
-                if any_mixed:   # then the mixed pool
-                    if bad_p.size:
-                        bad_p = mixed(bad_p, jsq, pj, ok_p, lambda r, j: ~long_queue(r, j, s))
-                    if bad_t.size:
-                        bad_t = mixed(bad_t, memory, tj, ok_t, lambda r, j: fits(r, j, m))
-                if bad_p.size:   # then borrow a token machine for prompts
-                    borrow(bad_p, pen_t, decodes, Cp, M, pj, ok_p)
-                if bad_t.size:   # and a prompt machine for decodes
-                    borrow(bad_t, pen_p, memory, 0, Cp, tj, ok_t)
-                stuck = (~(ok_p & ok_t)).nonzero()[0]
-                if stuck.size:   # nowhere to go: prompt and decode on the least loaded machine
-                    fj, _ = pick(stuck, absent, jsq, 0, M)
-                    pj[stuck] = fj
-                    tj[stuck] = fj
-                    oom[act[stuck]] |= ~fits(stuck, fj, m)
+                if not (ok_p.all() and ok_t.all()):
+                    bad_p, bad_t = (~ok_p).nonzero()[0], (~ok_t).nonzero()[0]
+                    if any_mixed:   # then the mixed pool
+                        if bad_p.size:
+                            bad_p = mixed(bad_p, jsq, pj, ok_p, lambda r, j: ~long_queue(r, j, s))
+                        if bad_t.size:
+                            bad_t = mixed(bad_t, memory, tj, ok_t, lambda r, j: fits(r, j, m))
+                    if bad_p.size:   # then borrow a token machine for prompts
+                        borrow(bad_p, pen_t, decodes, Cp, M, pj, ok_p)
+                    if bad_t.size:   # and a prompt machine for decodes
+                        borrow(bad_t, pen_p, memory, 0, Cp, tj, ok_t)
+                    stuck = (~(ok_p & ok_t)).nonzero()[0]
+                    if stuck.size:   # nowhere to go: prompt and decode on the least loaded machine
+                        fj, _ = pick(stuck, absent, jsq, 0, M)
+                        pj[stuck] = fj
+                        tj[stuck] = fj
+                        oom[act[stuck]] |= ~fits(stuck, fj, m)
             else:   # strict pools: wait for memory on the token pool
                 oom[act] |= ~ok_t
+            fp, ft = rel_flat + pj, rel_flat + tj
             same = pj == tj
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
-            d_p = ndec[rows, pj]
+            d_p = ndec.take(fp)
             tok_p = pj >= Cp
-            tau_p = ttab[tok_p.astype(np.int64), np.minimum(np.maximum(d_p, 1.0), _MAX_DECODES).astype(np.int64)]
-            h = ((d_p > 0) & (W[rows, pj] <= t)).nonzero()[0]   # an idle machine that is decoding
-            if h.size:
-                W[h, pj[h]] = t + self.u[i] * tau_p[h]
-            start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=tau_p)
-            # the decodes booked on that machine wait out the batch time it adds (less one iteration
-            # when they ride in a new mixed batch): their memory and decode-count releases move later
-            loss = delta - np.where(fresh & ride, tau_p, 0.0)
-            late = ((d_p >= 0.5) & (loss > 0.5 * _RING_S)).nonzero()[0]
-            if late.size:
-                postpone(late, pj[late], start[late], loss[late])
-            over = (start - t > self.overload_s) & ~dying
-            if over.any():
+            if d_p.any():
+                tau_p = ttab_flat.take(tok_p * K + np.minimum(np.maximum(d_p, 1.0), _MAX_DECODES).astype(np.int64))
+                h = ((d_p > 0) & (W.take(fp) <= t)).nonzero()[0]   # an idle machine that is decoding
+                if h.size:
+                    np.put(W, fp[h], t + self.u[i] * tau_p[h])
+                start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=tau_p)
+                # the decodes booked on that machine wait out the batch time it adds (less one iteration
+                # when they ride in a new mixed batch): their memory and decode-count releases move later
+                loss = delta - np.where(fresh & ride, tau_p, 0.0)
+                late = ((d_p >= 0.5) & (loss > 0.5 * _RING_S)).nonzero()[0]
+                if late.size:
+                    postpone(late, pj[late], start[late], loss[late])
+            else:   # no decodes there: plain prompt batches
+                start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=0.0)
+            if start.max() - t > self.overload_s:
+                over = (start - t > self.overload_s) & ~dying
                 dying |= over
                 stop[act[over]] = i + 1
-            f = rel_flat + pj
-            k = (q_head[f] + q_n[f]) % R            # the next slot of the machine's prompt ring
-            full = q_n[f] == R                      # forget the oldest prompt remembered
-            ptok.ravel()[f] += s - np.where(full, q_tok[f, k], 0.0)
-            q_head[f] = np.where(full, (k + 1) % R, q_head[f])
-            q_n[f] += ~full
-            q_end[f, k] = end_p
-            q_tok[f, k] = s
-            q_next[f] = q_end[f, q_head[f]]
+            qh, qn = q_head.take(fp), q_n.take(fp)
+            k = (qh + qn) % R                       # the next slot of the machine's prompt ring
+            full = qn == R                          # forget the oldest prompt remembered
+            fk = fp * R + k
+            np.put(ptok, fp, ptok.take(fp) + (s - np.where(full, q_tok.take(fk), 0.0)))
+            qh = np.where(full, (k + 1) % R, qh)
+            np.put(q_head, fp, qh)
+            np.put(q_n, fp, qn + ~full)
+            np.put(q_end, fk, end_p)
+            np.put(q_tok, fk, s)
+            np.put(q_next, fp, q_end.take(fp * R + qh))
             ready = end_p + np.where(same, 0.0, self.xfer[i])
             # the decode: output-1 iterations at its machine's batch size, after joining a batch
-            nd = np.minimum(np.maximum(ndec[rows, tj] + 1.0, 1.0), _MAX_DECODES).astype(np.int64)
-            tau = ttab[(tj >= Cp).astype(np.int64), nd]
+            nd = np.minimum(np.maximum(ndec.take(ft) + 1.0, 1.0), _MAX_DECODES).astype(np.int64)
+            tau = ttab_flat.take((tj >= Cp) * K + nd)
             end = ready + tau * (self.n[i] - 1.0 + self.u[i])
-            book(pj, np.where(same, 0.0, self.kv * (s + 1.0)), ready, tj, m, end)   # prompt KV freed after the transfer
-            tau_req[i, act] = tau
-            pmach[i, act] = pj
-            dmach[i, act] = tj
+            book(fp, np.where(same, 0.0, self.kv * (s + 1.0)), ready, ft, m, end)   # prompt KV freed after the transfer
+            if whole:
+                tau_req[i] = tau
+                pmach[i] = pj
+                dmach[i] = tj
+            else:
+                tau_req[i, act] = tau
+                pmach[i, act] = pj
+                dmach[i, act] = tj
         rel_mem = rel_dec = q_end = q_tok = None   # the loop's state: free it before the per-request work
         ttft = pq.ttft()
         t1 = self.a[:, None] + ttft + np.where(pmach == dmach, 0.0, self.xfer[:, None])
@@ -495,6 +525,9 @@ class _PromptQueues:
     def __init__(self, run: _Run, C: int) -> None:
         D, N = run.D, len(run.a)
         self.run = run
+        self.C = C
+        self.ND = D                             # columns of the arrays over requests
+        self.max_tokens = float(run.cfg.max_batch_tokens)
         self.rows = np.arange(D)                # the designs simulated: rows of the loop arrays
         self.cols = np.arange(D)                # and their columns in the arrays over requests
         self.W = np.zeros((D, C))
@@ -507,47 +540,54 @@ class _PromptQueues:
         self.bcred = np.zeros((N, D))               # what a riding decode gets back: its own iteration
         self.rb = np.zeros((N, D), dtype=np.int32)
 
-    def _join(self, i, t, j):
-        """(machine's queue end, its last batch's tokens, may request i join that batch?)."""
-        rows = self.rows
-        Wj = self.W[rows, j]
-        otok = self.ob_tok[rows, j]
-        joinable = ((Wj > t) & (self.ob_start[rows, j] > t) & (otok > 0)
-                    & (otok + self.run.s[i] <= self.run.cfg.max_batch_tokens))
-        return Wj, otok, joinable
+    def flat(self, j):
+        """Flat indices of machines ``j`` (one per design) into the (designs x machines) arrays."""
+        return self.rows * self.C + j
+
+    def _join(self, i, t, fj):
+        """(machine's last batch's start and tokens, may request i join that batch?) for flat machines ``fj``.
+
+        A batch that starts after ``t`` has tokens and its machine's queue ends after it.
+        """
+        ostart = self.ob_start.take(fj)
+        otok = self.ob_tok.take(fj)
+        return ostart, otok, (ostart > t) & (otok + self.run.s[i] <= self.max_tokens)
 
     def batch_start(self, i, t, j):
         """When request i's prompt batch would start on machine ``j`` of each design (as ``step``)."""
-        Wj, _, joinable = self._join(i, t, j)
-        return np.where(joinable, self.ob_start[self.rows, j], np.maximum(Wj, t))
+        fj = self.flat(j)
+        ostart, _, joinable = self._join(i, t, fj)
+        return np.where(joinable, ostart, np.maximum(self.W.take(fj), t))
 
     def step(self, i, t, j, decodes, on_token=None, credit=None):
         """Queue request i on machine ``j`` of each design.
 
         Returns (batch start, added batch time, new batch?, decodes ride along?, prompt end).
         """
-        run, rows = self.run, self.rows
+        run = self.run
         s = run.s[i]
-        Wj, otok, joinable = self._join(i, t, j)
+        fj = self.flat(j)
+        ostart, otok, joinable = self._join(i, t, fj)
         new_tok = np.where(joinable, otok + s, s)
         new_cost, ride = run._batch_cost(new_tok, decodes, on_token)
-        bid = np.where(joinable, self.ob_id[rows, j], i)
-        cols = self.cols
-        old_cost = np.where(joinable, self.bdur[bid, cols], 0.0)
+        bid = np.where(joinable, self.ob_id.take(fj), i)
+        fb = bid * self.ND + self.cols          # flat (request, design) of each batch's leader
+        old_cost = np.where(joinable, self.bdur.take(fb), 0.0)
         # the machine's queue ends with this batch (joined: it grows; new: it starts when the queue ends)
-        start = np.where(joinable, self.ob_start[rows, j], np.maximum(Wj, t))
+        start = np.where(joinable, ostart, np.maximum(self.W.take(fj), t))
         end = start + new_cost
-        self.W[rows, j] = end
-        self.bstart[bid, cols] = start
-        self.bdur[bid, cols] = new_cost
-        self.bride[bid, cols] = ride > 0
+        rides = ride > 0
+        np.put(self.W, fj, end)
+        np.put(self.bstart, fb, start)
+        np.put(self.bdur, fb, new_cost)
+        np.put(self.bride, fb, rides)
         if credit is not None:
-            self.bcred[bid, cols] = np.where(ride > 0, credit, 0.0)
-        self.rb[i, cols] = bid
-        self.ob_tok[rows, j] = new_tok
-        self.ob_start[rows, j] = start
-        self.ob_id[rows, j] = bid
-        return start, new_cost - old_cost, ~joinable, ride > 0, end
+            np.put(self.bcred, fb, np.where(rides, credit, 0.0))
+        self.rb[i, self.cols] = bid
+        np.put(self.ob_tok, fj, new_tok)
+        np.put(self.ob_start, fj, start)
+        np.put(self.ob_id, fj, bid)
+        return start, new_cost - old_cost, ~joinable, rides, end
 
     def compact(self, keep) -> None:
         """Go on simulating only the designs at rows ``keep``."""

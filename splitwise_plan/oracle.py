@@ -237,7 +237,7 @@ class _Instance:
             return
         n_prompt_tokens = sum(t.tpi for t in self.batch if t.is_prompt)
         n_decode = sum(1 for t in self.batch if not t.is_prompt)
-        self.iter_dur = float(self.lat.iteration_time(n_prompt_tokens, n_decode))
+        self.iter_dur = self.sim.iteration_time(self.lat, n_prompt_tokens, n_decode)
         self.n_contig = 1 if n_prompt_tokens else min(t.remaining for t in self.batch)
         for t in self.batch:
             if t.state == _QUEUED:
@@ -319,6 +319,15 @@ class _Sim:
         self.token_pool = [i for i in self.instances if i.home == "token"]
         self.mixed_pool: list[_Instance] = []
         self.oom = False
+        self._iter_times: dict = {}
+
+    def iteration_time(self, lat, n_prompt_tokens, n_decode) -> float:
+        """``lat.iteration_time`` memoized: batches repeat, and a scalar numpy call costs ~10 us."""
+        k = (id(lat), n_prompt_tokens, n_decode)
+        v = self._iter_times.get(k)
+        if v is None:
+            v = self._iter_times[k] = float(lat.iteration_time(n_prompt_tokens, n_decode))
+        return v
 
     def push(self, t: float, fn, *args) -> None:
         heapq.heappush(self.heap, (t, next(self.counter), fn, args))
