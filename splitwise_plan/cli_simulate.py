@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,11 +139,11 @@ class Inputs:
     profiles: object
     method: str
 
-    def simulator(self, stream=None):
+    def simulator(self, stream=None, stop_early: bool = False):
         from .simulator import Simulator
         return Simulator(stream if stream is not None else self.stream, self.model,
                          tensor_parallel=self.tensor_parallel, profiles=self.profiles,
-                         machines=self.machines, slos=self.slos, method=self.method)
+                         machines=self.machines, slos=self.slos, method=self.method, stop_early=stop_early)
 
     def report(self, **extra) -> dict:
         from .reports import report_inputs
@@ -395,14 +396,15 @@ def simulate_cmd(
 # --- sweep ------------------------------------------------------------------------------
 
 def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool = False,
-             batch: int | None = None, label: str = "sweep") -> list:
-    """Evaluate design points in batches with ``run_many``, with a progress bar."""
-    size = batch or (256 if sim.method == "fluid" else 1)
+             batch: int | None = None, label: str = "sweep", jobs: int = 1) -> list:
+    """Evaluate design points in batches with ``run_many`` (each over ``jobs`` processes), with a progress bar."""
+    jobs = max(1, jobs)
+    size = batch or ((256 if sim.method == "fluid" else 1) * jobs)
     results = []
     with progress(len(points), f"{label} {design.name} ({sim.method})", quiet=quiet) as bar:
         for i in range(0, len(points), size):
             chunk = points[i:i + size]
-            results.extend(sim.run_many(design, chunk))
+            results.extend(sim.run_many(design, chunk, jobs=jobs))
             bar.advance(len(chunk))
     return results
 
@@ -430,6 +432,10 @@ def sweep_cmd(
                                         help="Design-space map (like the paper's Fig. 12): .png, .svg or .html."),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method(),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Worker processes (0: one per core)."),
+    stop_early: bool = typer.Option(False, "--stop-early", help=(
+        "Stop a Splitwise design once an SLO can no longer hold: same verdicts and passing rows, "
+        "faster; failing rows then count their unfinished requests as +inf.")),
 ) -> None:
     """Simulate a grid of machine counts of one design: one CSV row per design point (the paper's Fig. 12)."""
     from .plots import design_point, optimum, rank_key, write_plot
@@ -456,8 +462,10 @@ def sweep_cmd(
     _check_outputs(json_out, csv_out, plot)
     inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
                          seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method)
-    sim = inp.simulator()
-    results = run_grid(sim, d, grid, quiet=quiet)
+    if jobs < 0:
+        raise SplitwisePlanError(f"--jobs must be 0 (one per core) or more, got {jobs}")
+    sim = inp.simulator(stop_early=stop_early)
+    results = run_grid(sim, d, grid, quiet=quiet, jobs=jobs or (os.cpu_count() or 1))
     best = optimum([design_point(r) for r in results])
     best_result = next((r for r in results if best and (r.prompt_machines, r.token_machines)
                         == (best["prompt"], best["token"])), None)

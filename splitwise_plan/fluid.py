@@ -46,6 +46,7 @@ _PROMPT, _TOKEN, _MIXED, _ABSENT = 0, 1, 2, 3   # machine roles
 CHUNK = 256           # designs simulated together (memory grows with designs x requests)
 _DECODE_SLOTS = 16      # decodes tracked per baseline machine (more only when overloaded)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
+_CHECK = 256            # requests between two verdict checks
 
 
 @dataclass(frozen=True)
@@ -57,14 +58,42 @@ class FluidOutcome:
     utilization: np.ndarray
     oom: np.ndarray
     overloaded: np.ndarray      # stopped: a request queued longer than ``overload_s``; the rest unfinished (NaN)
+    failed: np.ndarray          # stopped: an SLO of ``Verdict`` could no longer hold; the rest unfinished (NaN)
 
 
-def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf) -> FluidOutcome:
+@dataclass(frozen=True)
+class Verdict:
+    """SLOs that stop a design as soon as its requests already break one of them.
+
+    Each entry is (metric, per-request reference seconds or None for an SLO in seconds,
+    limit, count): the SLO fails once ``count`` requests have a latency lower bound (what
+    the rest of the run can only lengthen) at or past the limit, whatever the rest does.
+    """
+
+    slos: tuple
+
+    @classmethod
+    def of(cls, slos, reference, n: int) -> "Verdict":
+        """From an SLO set and the per-request reference latencies (ttft, tbt, e2e) of ``n`` requests.
+
+        A linear-interpolation percentile p is at least the sorted value at index
+        floor((n-1) p/100), so n minus that many values at or past the limit break it
+        (one more for rounding).
+        """
+        ref = dict(zip(("ttft", "tbt", "e2e"), reference))
+        return cls(tuple((s.metric, np.asarray(ref[s.metric]) if s.unit == "slowdown" else None, float(s.limit),
+                          n - math.floor((n - 1) * s.percentile / 100.0) + 1) for s in slos))
+
+
+def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf,
+                   verdict: Verdict | None = None) -> FluidOutcome:
     """Simulate clusters of one design (differing machine counts) on one stream.
 
     A design whose prompt queue makes a request wait more than ``overload_s`` is
     overloaded: its simulation stops there and its later requests are unfinished (NaN),
-    so a batch spends its time on the designs that can still meet SLOs.
+    so a batch spends its time on the designs that can still meet SLOs. With a
+    ``verdict``, a Splitwise design also stops once one of its SLOs can no longer hold
+    (``failed``): the designs that pass run to the end and are unchanged.
     """
     first = clusters[0]
     for c in clusters:
@@ -72,18 +101,20 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
             raise ValueError("simulate_fluid batches clusters of one design, model and scheduler")
     outs = []
     for lo in range(0, len(clusters), CHUNK):   # bounded memory: designs x requests arrays per chunk
-        run = _Run(clusters[lo:lo + CHUNK], stream, overload_s)
+        run = _Run(clusters[lo:lo + CHUNK], stream, overload_s, verdict)
         outs.append(run.baseline() if first.is_baseline else run.splitwise())
     if len(outs) == 1:
         return outs[0]
     return FluidOutcome(*(np.concatenate([getattr(o, f) for o in outs])
-                          for f in ("ttft", "e2e", "utilization", "oom", "overloaded")))
+                          for f in ("ttft", "e2e", "utilization", "oom", "overloaded", "failed")))
 
 
 class _Run:
-    def __init__(self, clusters: list[Cluster], stream, overload_s: float = math.inf) -> None:
+    def __init__(self, clusters: list[Cluster], stream, overload_s: float = math.inf,
+                 verdict: Verdict | None = None) -> None:
         c0 = clusters[0]
         self.overload_s = float(overload_s)
+        self.verdict = verdict
         self.cfg = c0.scheduler
         self.prompt_lat = c0.prompt.latency
         self.token_lat = c0.token.latency if c0.token else c0.prompt.latency
@@ -114,6 +145,35 @@ class _Run:
         self.tokens_per_s = self.cfg.max_batch_tokens / float(self.prompt_lat.prompt_time(self.cfg.max_batch_tokens))
         # where in a running iteration each request joins: uniform on (0, 1), low-discrepancy
         self.u = np.modf(0.5 + np.arange(len(self.a)) * 0.6180339887498949)[0]
+        if verdict is not None:
+            # the least a batch holding x prompt tokens can take, on any machine of the design
+            least = self.ptab_p if self.ptab_t is None else np.minimum(self.ptab_p, self.ptab_t)
+            self.least_prompt = np.minimum.accumulate(least[::-1])[::-1]
+            self.broken = np.zeros((len(verdict.slos), self.D), dtype=np.int64)   # requests past each limit
+
+    def _hopeless(self, lo: int, hi: int, pq, cols, tau_req=None, pmach=None, dmach=None) -> np.ndarray:
+        """Columns among ``cols`` whose SLOs of ``self.verdict`` can no longer all hold, given requests lo..hi.
+
+        Lower bounds of each request's latencies, which the rest of the run only lengthens:
+        TTFT from its batch start (fixed once set) plus the least time of its own prompt;
+        on Splitwise pools (``tau_req`` given) TBT and E2E add the KV transfer (unless the
+        prompt and token machines are one) and its undelayed decode iterations.
+        """
+        c = cols[None, :]
+        start = pq.bstart[pq.rb[lo:hi][:, cols], c]
+        ttft = start - self.a[lo:hi, None] + self.least_prompt.take(self.s[lo:hi].astype(np.int64))[:, None]
+        lb = {"ttft": ttft}
+        if tau_req is not None:
+            dec = (tau_req[lo:hi][:, cols] * (self.n[lo:hi, None] - 1.0 + self.u[lo:hi, None])
+                   + np.where(pmach[lo:hi][:, cols] == dmach[lo:hi][:, cols], 0.0, self.xfer[lo:hi, None]))
+            lb["tbt"] = dec / self.n[lo:hi, None]
+            lb["e2e"] = ttft + dec
+        for k, (metric, ref, limit, _) in enumerate(self.verdict.slos):
+            if metric in lb:
+                v = lb[metric] if ref is None else lb[metric] / ref[lo:hi, None]
+                self.broken[k, cols] += (v >= limit).sum(axis=0)
+        need = np.array([x[3] for x in self.verdict.slos])[:, None]
+        return (self.broken[:, cols] >= need).any(axis=0)
 
     # -- prompt pool ------------------------------------------------------------------
     def _batch_cost(self, tokens, decodes, on_token=None):
@@ -174,6 +234,8 @@ class _Run:
         pmach = np.zeros((N, D), dtype=np.int32)
         oom = np.zeros(D, dtype=bool)
         stop = np.full(D, N)                    # the first request each design does not finish
+        failed = np.zeros(D, dtype=bool)        # stopped by the verdict: an SLO can no longer hold
+        checked = 0                             # requests counted by the verdict so far
         dying = np.zeros(D, dtype=bool)
         ttab = np.stack([self.ttab_p, self.ttab_t])   # token time by (on a token machine?, batch size)
         ttab_flat, K = ttab.ravel(), ttab.shape[1]
@@ -309,6 +371,13 @@ class _Run:
             dying = np.zeros(D, dtype=bool)
 
         for i in range(N):
+            if self.verdict is not None and i - checked >= _CHECK:
+                gone = self._hopeless(checked, i, pq, act, tau_req, pmach, dmach) & ~dying
+                checked = i
+                if gone.any():
+                    dying |= gone
+                    failed[act[gone]] = True
+                    stop[act[gone]] = i
             if dying.any() and (i % 1024 == 0 or dying.sum() * 4 >= D):
                 compact()
                 if D == 0:
@@ -428,9 +497,9 @@ class _Run:
         base = tau_req * (self.n[:, None] - 1.0 + self.u[:, None])
         alone = t1 + base                       # the last token if no prompt batch delayed the decode
         wait = _MachineBusy(pq, M, pmach, dmach, float(np.nanmax(alone))).delays(t1, base)
-        return self._outcome(pq, tau_req, ttft, alone + wait, oom, stop)
+        return self._outcome(pq, tau_req, ttft, alone + wait, oom, stop, failed)
 
-    def _outcome(self, pq, tau_req, ttft, last_token, oom, stop) -> FluidOutcome:
+    def _outcome(self, pq, tau_req, ttft, last_token, oom, stop, failed) -> FluidOutcome:
         """Per-request TTFT and E2E (designs x requests) and each design's utilization."""
         if (stop < len(self.a)).any():
             unfinished = np.arange(len(self.a))[:, None] >= stop[None, :]
@@ -443,7 +512,8 @@ class _Run:
         decode_busy = np.minimum((tau_req * (self.n[:, None] - 1)).sum(axis=0) / 32.0,
                                  np.maximum(self.ct, 1) * horizon)
         util = np.clip((prompt_busy + decode_busy) / (self.machines * horizon), 0.0, 1.0)
-        return FluidOutcome(np.ascontiguousarray(ttft.T), np.ascontiguousarray(e2e.T), util, oom, stop < len(self.a))
+        return FluidOutcome(np.ascontiguousarray(ttft.T), np.ascontiguousarray(e2e.T), util, oom,
+                            (stop < len(self.a)) & ~failed, failed)
 
     # -- baselines ----------------------------------------------------------------------
     def baseline(self) -> FluidOutcome:
@@ -509,7 +579,8 @@ class _Run:
             dreq[rows, j, slot] = i
         live = dreq >= 0
         done[dreq[live], np.broadcast_to(rows[:, None, None], dreq.shape)[live]] = dend[live]
-        return self._outcome(pq, tau_req, pq.ttft(), done[:N], np.zeros(D, dtype=bool), np.full(D, N))
+        none = np.zeros(D, dtype=bool)
+        return self._outcome(pq, tau_req, pq.ttft(), done[:N], none, np.full(D, N), none)
 
 
 class _PromptQueues:

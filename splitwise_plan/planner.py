@@ -308,9 +308,11 @@ class Inputs:
                                  name=f"{tr.name}@{rate:g}rps", horizon_s=horizon)
         return self.workload.generate(rate, duration_s=self.duration, seed=seed)
 
-    def simulator(self, stream, method: str) -> Simulator:
+    def simulator(self, stream, method: str, search: bool = False) -> Simulator:
+        """A simulator of the inputs; a ``search`` one stops a design once an SLO can no longer hold
+        (only its verdict counts there)."""
         return Simulator(stream, self.model, tensor_parallel=self.tp, profiles=self.profiles,
-                         machines=self.machines, slos=self.slos, method=method)
+                         machines=self.machines, slos=self.slos, method=method, stop_early=search)
 
 
 def _key_fn(objective: str, up: dict, tp: dict):
@@ -378,7 +380,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
     d = get_design(design)
     rate = req.rps if req.rps is not None else inputs.trace.rate
     stream = inputs.stream(req.rps, req.seed)
-    sim = inputs.simulator(stream, method)
+    sim = inputs.simulator(stream, method, search=True)
     cm = capacity_model(sim, d)
     p_max, t_max = _limits(req, d, rate)
     up, ut = _units(inputs, d)
@@ -489,7 +491,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         return DesignPlan(status="infeasible", note=f"the budget of {budget:g} buys no complete {d.name}",
                           seconds=time.perf_counter() - t0, **base)
     nominal = req.rps or (inputs.trace.rate if inputs.trace is not None else REFERENCE_RATE)
-    sim0 = inputs.simulator(inputs.stream(nominal, req.seed), method)
+    sim0 = inputs.simulator(inputs.stream(nominal, req.seed), method, search=True)
     cm0 = capacity_model(sim0, d)
     ilp = cm0.ilp_bound(kind, p_max=p_max, t_max=None if d.is_baseline else t_max,
                         budget=(kind, budget), maximize_scale=True)
@@ -504,7 +506,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
     def check(rate: float):
         """Passing budget points at ``rate`` with the search method: stop at the first passing batch."""
         nonlocal evals
-        sim = inputs.simulator(inputs.stream(rate, req.seed), method)
+        sim = inputs.simulator(inputs.stream(rate, req.seed), method, search=True)
         cm = capacity_model(sim, d)
         arr = np.asarray(pts)
         ok = cm.feasible(arr[:, 0], arr[:, 1])

@@ -49,6 +49,7 @@ class SimulationResult:
     oom: bool = False                        # a KV transfer had to wait for token-machine memory
     overloaded: bool = False                 # queues grew without bound: the simulation stopped early
     method: str = "fluid"
+    stopped_early: bool = False              # stopped once an SLO could no longer hold (``Simulator(stop_early=True)``)
 
     @property
     def machines(self) -> int:
@@ -68,7 +69,7 @@ class SimulationResult:
                 for viol in self.violations]},
             "cost": round(self.cost, 6), "power": round(self.power, 6),
             "utilization": round(self.utilization, 6), "oom": self.oom, "overloaded": self.overloaded,
-            "method": self.method,
+            "stopped_early": self.stopped_early, "method": self.method,
         }
 
     def flat(self) -> dict:
@@ -84,7 +85,8 @@ class SimulationResult:
         if self.tightest:
             row["tightest_slo"] = f"{self.tightest['metric']}_p{self.tightest['percentile']:g}"
             row["tightest_ratio"] = float(self.tightest["ratio"])
-        row.update(utilization=self.utilization, oom=self.oom, overloaded=self.overloaded, method=self.method)
+        row.update(utilization=self.utilization, oom=self.oom, overloaded=self.overloaded,
+                   stopped_early=self.stopped_early, method=self.method)
         return row
 
 
@@ -111,7 +113,8 @@ class Simulator:
     def __init__(self, stream: RequestStream, model: str = "bloom-176b", *,
                  tensor_parallel: int = 8, profiles: ProfileSet | None = None,
                  machines: dict[str, Machine] | None = None, slos: SLOSet | None = None,
-                 scheduler: SchedulerConfig | None = None, method: str = "fluid") -> None:
+                 scheduler: SchedulerConfig | None = None, method: str = "fluid",
+                 stop_early: bool = False) -> None:
         if method not in METHODS:
             raise SplitwisePlanError(f"simulation method {method!r} is unknown; valid: {choices(METHODS)}")
         if model not in BUILTIN_MODELS:
@@ -126,6 +129,9 @@ class Simulator:
         self.slos = slos if slos is not None else load_slos()
         self.scheduler = scheduler or SchedulerConfig()
         self.method = method
+        #: fluid only: stop a Splitwise design once an SLO can no longer hold (its verdict is then
+        #: final, its percentiles count the unfinished requests as +inf); designs that pass are unchanged
+        self.stop_early = bool(stop_early)
         self._latency: dict[str, object] = {}
         self.pcts = tuple(sorted(set(PERCENTILES).union(*self.slos.percentiles().values())))
         ref = self.profiles.latency_model(model, self.slos.reference_hardware,
@@ -194,17 +200,18 @@ class Simulator:
             oom = [o.oom for o in outs]
             over = [False] * len(outs)
         else:
-            from .fluid import CHUNK, simulate_fluid
+            from .fluid import CHUNK, Verdict, simulate_fluid
+            verdict = Verdict.of(self.slos, self.reference, len(self.stream)) if self.stop_early else None
             results = []
             for lo in range(0, len(clusters), CHUNK):   # per chunk: per-request arrays never pile up
                 part = clusters[lo:lo + CHUNK]
-                out = simulate_fluid(part, self.stream, self.overload_s)
+                out = simulate_fluid(part, self.stream, self.overload_s, verdict)
                 results += self._results(part, out.ttft, out.e2e, list(out.utilization), list(out.oom),
-                                         list(out.overloaded), method)
+                                         list(out.overloaded), method, list(out.failed))
             return results
         return self._results(clusters, ttft, e2e, util, oom, over, method)
 
-    def _results(self, clusters, ttft, e2e, util, oom, over, method) -> list[SimulationResult]:
+    def _results(self, clusters, ttft, e2e, util, oom, over, method, failed=None) -> list[SimulationResult]:
         lat = request_latencies(ttft, e2e, self.stream.output_tokens)
         r_ttft, r_tbt, r_e2e = self.reference
         slow = {"ttft": lat["ttft"] / r_ttft, "tbt": lat["tbt"] / r_tbt, "e2e": lat["e2e"] / r_e2e}
@@ -222,5 +229,5 @@ class Simulator:
                 completed=int(completed[i]), latency_s=lp, slowdown=sp, slo_met=met,
                 violations=tuple(viol), tightest=self.slos.tightest(sp, lp), cost=c.cost,
                 power=c.power, utilization=float(util[i]), oom=bool(oom[i]), overloaded=bool(over[i]),
-                method=method))
+                method=method, stopped_early=bool(failed[i]) if failed is not None else False))
         return results

@@ -846,7 +846,7 @@ def plan_space(req, design: str):
     method = req.resolved_search_method()
     inputs = Inputs.load(req)
     rate = req.rps if req.rps is not None else inputs.trace.rate
-    sim = inputs.simulator(inputs.stream(req.rps, req.seed), method)
+    sim = inputs.simulator(inputs.stream(req.rps, req.seed), method, search=True)
     cm = capacity_model(sim, d)
     p_max, t_max = _limits(req, d, rate)
     up, ut = _units(inputs, d)
@@ -912,7 +912,7 @@ def rebuild(attrs: dict):
     req = PlanRequest(**r)
     method = r["search_method"]
     inputs = Inputs.load(req)
-    sim = inputs.simulator(inputs.stream(req.rps, req.seed), method)
+    sim = inputs.simulator(inputs.stream(req.rps, req.seed), method, search=True)
     sp = attrs["space"]
     t_min = None if sp.get("t_min") is None else np.asarray(sp["t_min"], dtype=np.int64)
     space = Space(tuple(sp["p_range"]), tuple(sp["t_range"]), _key_fn(sp["objective"], sp["up"], sp["ut"]), t_min=t_min)

@@ -162,6 +162,26 @@ def test_an_overloaded_design_is_stopped_and_the_batch_is_unchanged():
             assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
 
 
+def test_stopping_early_keeps_every_verdict_and_every_passing_design():
+    # Lower bounds that only grow decide a failing design early; a design that passes runs
+    # to the end. Over a grid that spans clear failures, the boundary and clear passes the
+    # verdicts must equal the full runs', and the passing designs their percentiles.
+    stream = load_workload("coding").generate(40.0, duration_s=60.0, seed=3)
+    pts = [(p, t) for p in (6, 9, 12, 15, 18) for t in (1, 2, 3, 5)]
+    full = Simulator(stream).run_many("HH", pts)
+    fast = Simulator(stream, stop_early=True).run_many("HH", pts)
+    assert [r.slo_met for r in fast] == [r.slo_met for r in full]
+    assert any(r.slo_met for r in full) and any(r.stopped_early for r in fast)
+    for a, b in zip(full, fast):
+        assert not (b.stopped_early and b.slo_met)
+        if a.slo_met:
+            assert not b.stopped_early and b.completed == b.requests
+            for metric, pcts in a.latency_s.items():
+                assert b.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
+        elif b.stopped_early:
+            assert b.completed < b.requests
+
+
 def test_a_decode_waits_out_the_prompt_batches_of_its_machine():
     # Hand-computed: prompt batches run on machine 0 at [1, 2] and [2.5, 3]; a decode there
     # from t=0.5 needing 1.0 s of the machine runs 0.5-1, waits 1-2, runs 2-2.5: it waits 1.0 s.
