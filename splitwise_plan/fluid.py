@@ -87,8 +87,10 @@ class Verdict:
 
 def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf,
                    verdict: Verdict | None = None) -> FluidOutcome:
-    """Simulate clusters of one design (differing machine counts) on one stream.
+    """Simulate clusters (designs and machine counts) of one model on one stream, in one pass.
 
+    All Splitwise or all baseline: the designs of a kind share the loop (each with its own
+    hardware's latency tables), so a batch of several designs costs little more than one.
     A design whose prompt queue makes a request wait more than ``overload_s`` is
     overloaded: its simulation stops there and its later requests are unfinished (NaN),
     so a batch spends its time on the designs that can still meet SLOs. With a
@@ -97,8 +99,8 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
     """
     first = clusters[0]
     for c in clusters:
-        if c.design != first.design or c.model != first.model or c.scheduler != first.scheduler:
-            raise ValueError("simulate_fluid batches clusters of one design, model and scheduler")
+        if c.is_baseline != first.is_baseline or c.model != first.model or c.scheduler != first.scheduler:
+            raise ValueError("simulate_fluid batches clusters of one kind (Splitwise or baseline), model and scheduler")
     outs = []
     for lo in range(0, len(clusters), CHUNK):   # bounded memory: designs x requests arrays per chunk
         run = _Run(clusters[lo:lo + CHUNK], stream, overload_s, verdict)
@@ -116,8 +118,6 @@ class _Run:
         self.overload_s = float(overload_s)
         self.verdict = verdict
         self.cfg = c0.scheduler
-        self.prompt_lat = c0.prompt.latency
-        self.token_lat = c0.token.latency if c0.token else c0.prompt.latency
         kv = self.kv = float(c0.model.kv_bytes_per_token)
         self.a = np.asarray(stream.arrival_s, dtype=np.float64)
         self.s = np.asarray(stream.prompt_tokens, dtype=np.float64)
@@ -128,27 +128,43 @@ class _Run:
         self.cp = np.array([c.prompt.count for c in clusters], dtype=np.int64)
         self.ct = np.array([c.token.count if c.token else 0 for c in clusters], dtype=np.int64)
         self.C = int(self.cp.max())
-        weights = float(c0.model.weights_bytes)
-        self.cap_p = float(c0.prompt.machine.hbm_bytes) - weights
-        self.cap_t = (float(c0.token.machine.hbm_bytes) - weights) if c0.token else self.cap_p
-        self.mean_mem = float(self.mem.mean())
-        # integer-indexed lookup tables of the latency curves: one gather per use in the hot loop
-        top = int(self.s.max()) + self.cfg.max_batch_tokens + self.cfg.max_batch_size + 2
-        self.ptab_p = np.asarray(self.prompt_lat.prompt_time(np.arange(top + 1, dtype=np.float64)))
-        self.ttab_t = np.asarray(self.token_lat.token_time(np.arange(_MAX_DECODES + 1, dtype=np.float64)))
-        self.ttab_p = np.asarray(self.prompt_lat.token_time(np.arange(_MAX_DECODES + 1, dtype=np.float64)))
-        same_hw = c0.token is None or c0.token.latency is c0.prompt.latency
-        self.ptab_t = None if same_hw else np.asarray(
-            self.token_lat.prompt_time(np.arange(top + 1, dtype=np.float64)))
         self.machines = self.cp + self.ct
+        weights = float(c0.model.weights_bytes)
+        # integer-indexed lookup tables of the latency curves, one row per hardware pair
+        # (prompt pool, token pool) of the batch: one gather per use in the hot loop
+        top = int(self.s.max()) + self.cfg.max_batch_tokens + self.cfg.max_batch_size + 2
+        x_p, x_t = np.arange(top + 1, dtype=np.float64), np.arange(_MAX_DECODES + 1, dtype=np.float64)
+        pairs: dict = {}
+        grp = [pairs.setdefault((id(c.prompt.latency), id(c.token.latency) if c.token else None), (len(pairs), c))[0]
+               for c in clusters]
+        hw = [c for _, c in sorted(pairs.values(), key=lambda x: x[0])]
+        lat_p = [c.prompt.latency for c in hw]
+        lat_t = [c.token.latency if c.token else c.prompt.latency for c in hw]
+        ptab_p = np.stack([np.asarray(lp.prompt_time(x_p)) for lp in lat_p])
+        ptab_t = np.stack([np.asarray(lt.prompt_time(x_p)) if lt is not lp else ptab_p[g]
+                           for g, (lp, lt) in enumerate(zip(lat_p, lat_t))])
+        # token time by (hardware pair, on a token machine?, batch size)
+        ttab = np.stack([np.stack([np.asarray(lp.token_time(x_t)), np.asarray(lt.token_time(x_t))])
+                         for lp, lt in zip(lat_p, lat_t)])
+        self.other_hw = any(lt is not lp for lp, lt in zip(lat_p, lat_t))   # borrowed machines of other hardware
+        self.ptab_p, self.ptab_t, self.ttab = ptab_p.ravel(), ptab_t.ravel(), ttab.ravel()
+        self.T, self.K = ptab_p.shape[1], ttab.shape[2]
+        self.grp = np.asarray(grp, dtype=np.int64)
+        self.poff = self.grp * self.T           # each design's row of the prompt-time tables
+        self.toff = self.grp * 2 * self.K       # and of the token-time table
+        self.cap_p = np.array([float(c.prompt.machine.hbm_bytes) - weights for c in hw])[self.grp]
+        self.cap_t = np.array([float(c.token.machine.hbm_bytes) - weights if c.token else
+                               float(c.prompt.machine.hbm_bytes) - weights for c in hw])[self.grp]
+        self.mean_mem = float(self.mem.mean())
         # converts a prompt backlog (seconds) to pending tokens for JSQ routing
-        self.tokens_per_s = self.cfg.max_batch_tokens / float(self.prompt_lat.prompt_time(self.cfg.max_batch_tokens))
+        mbt = self.cfg.max_batch_tokens
+        self.tokens_per_s = np.array([mbt / float(lp.prompt_time(mbt)) for lp in lat_p])[self.grp]
         # where in a running iteration each request joins: uniform on (0, 1), low-discrepancy
         self.u = np.modf(0.5 + np.arange(len(self.a)) * 0.6180339887498949)[0]
         if verdict is not None:
             # the least a batch holding x prompt tokens can take, on any machine of the design
-            least = self.ptab_p if self.ptab_t is None else np.minimum(self.ptab_p, self.ptab_t)
-            self.least_prompt = np.minimum.accumulate(least[::-1])[::-1]
+            least = np.minimum(ptab_p, ptab_t)
+            self.least_prompt = np.minimum.accumulate(least[:, ::-1], axis=1)[:, ::-1].ravel()
             self.broken = np.zeros((len(verdict.slos), self.D), dtype=np.int64)   # requests past each limit
 
     def _hopeless(self, lo: int, hi: int, pq, cols, tau_req=None, pmach=None, dmach=None) -> np.ndarray:
@@ -161,7 +177,8 @@ class _Run:
         """
         c = cols[None, :]
         start = pq.bstart[pq.rb[lo:hi][:, cols], c]
-        ttft = start - self.a[lo:hi, None] + self.least_prompt.take(self.s[lo:hi].astype(np.int64))[:, None]
+        ttft = start - self.a[lo:hi, None] + self.least_prompt.take(
+            self.poff[cols][None, :] + self.s[lo:hi].astype(np.int64)[:, None])
         lb = {"ttft": ttft}
         if tau_req is not None:
             dec = (tau_req[lo:hi][:, cols] * (self.n[lo:hi, None] - 1.0 + self.u[lo:hi, None])
@@ -176,18 +193,19 @@ class _Run:
         return (self.broken[:, cols] >= need).any(axis=0)
 
     # -- prompt pool ------------------------------------------------------------------
-    def _batch_cost(self, tokens, decodes, on_token=None):
+    def _batch_cost(self, tokens, decodes, poff, on_token=None):
         """Time of a batch of ``tokens`` prompt tokens on a machine with ``decodes`` decoding requests.
 
         As the machine-level scheduler: prompts first, then as many decodes as fit in
         ``max_batch_tokens`` (one token each); a batch with decodes is a mixed batch.
-        Returns (seconds, decodes that ride along).
+        ``poff`` is each design's row of the prompt-time tables. Returns (seconds, decodes
+        that ride along).
         """
         mixed = decodes.any()   # else plain prompt batches on every machine
         ride = np.minimum(decodes, np.maximum(self.cfg.max_batch_tokens - tokens, 0.0)) if mixed else decodes
-        idx = np.minimum((tokens + ride).astype(np.int64), self.ptab_p.size - 1)
+        idx = poff + np.minimum((tokens + ride).astype(np.int64), self.T - 1)
         secs = self.ptab_p.take(idx)
-        if on_token is not None and self.ptab_t is not None and on_token.any():   # borrowed token machines of other hardware
+        if on_token is not None and self.other_hw and on_token.any():   # borrowed token machines of other hardware
             secs = np.where(on_token, self.ptab_t.take(idx), secs)
         return (np.where(ride > 0, MIXED_BATCH_FACTOR, 1.0) * secs if mixed else secs), ride
 
@@ -215,7 +233,7 @@ class _Run:
         exists = np.where(on_token_col, (col - Cp) < self.ct[:, None], col < self.cp[:, None])
         home = np.where(on_token_col, _TOKEN, _PROMPT) + np.zeros((D, 1), dtype=np.int8)
         role = np.where(exists, home, _ABSENT).astype(np.int8)
-        cap = np.where(on_token_col, self.cap_t, self.cap_p)[0]
+        cap = np.where(on_token_col, self.cap_t[:, None], self.cap_p[:, None])   # KV bytes each machine holds
         smem = np.zeros((D, M))                 # booked KV bytes (the reference's sched_memory)
         ndec = np.zeros((D, M))                 # booked decodes
         L = _RING
@@ -237,8 +255,8 @@ class _Run:
         failed = np.zeros(D, dtype=bool)        # stopped by the verdict: an SLO can no longer hold
         checked = 0                             # requests counted by the verdict so far
         dying = np.zeros(D, dtype=bool)
-        ttab = np.stack([self.ttab_p, self.ttab_t])   # token time by (on a token machine?, batch size)
-        ttab_flat, K = ttab.ravel(), ttab.shape[1]
+        ttab, K = self.ttab, self.K             # token time by (hardware, on a token machine?, batch size)
+        toff = self.toff                        # each design's rows of it
         DM = D * M
         whole = True                            # no design dropped yet: the loop writes whole rows
         max_pending = cfg.prompt_max_pending_tokens
@@ -290,7 +308,7 @@ class _Run:
             return out
 
         def fits(r, j, m):
-            return smem.take(r * M + j) + m < cap.take(j)
+            return smem.take(r * M + j) + m < cap.take(r * M + j)
 
         def mixed(bad, key, j, ok, check):
             """Designs ``bad`` try the mixed pool's least-``key`` machine; returns those still without one."""
@@ -355,7 +373,7 @@ class _Run:
             """Drop the overloaded designs from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, rel_mem, rel_dec, rel_flat
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
-            nonlocal q_head, q_n, q_next, ptok, DM, whole
+            nonlocal q_head, q_n, q_next, ptok, DM, whole, cap, toff
             keep = (~dying).nonzero()[0]
             pq.compact(keep)
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
@@ -364,7 +382,7 @@ class _Run:
             rel_mem, rel_dec = (x.take(keep, axis=1) for x in (rel_mem, rel_dec))   # contiguous: book() writes flat views
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
             q_head, q_n, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel() for x in (q_head, q_n, q_next))
-            ptok = ptok.take(keep, axis=0)
+            ptok, cap, toff = ptok.take(keep, axis=0), cap.take(keep, axis=0), toff[keep]
             rel_flat = rows * M
             DM = D * M
             whole = False
@@ -422,7 +440,7 @@ class _Run:
                 ok_p[q] = ~long_queue(q, pj[q], s)
             # token machine: least booked memory that still fits (inf off the token pool)
             tj = tkey[:, Cp:].argmin(axis=1) + Cp
-            ok_t = tkey.take(rel_flat + tj) + m < cap.take(tj)
+            ok_t = tkey.take(rel_flat + tj) + m < cap.take(rel_flat + tj)
             if mixed_on:
                 if not (ok_p.all() and ok_t.all()):
                     bad_p, bad_t = (~ok_p).nonzero()[0], (~ok_t).nonzero()[0]
@@ -449,7 +467,7 @@ class _Run:
             d_p = ndec.take(fp)
             tok_p = pj >= Cp
             if d_p.any():
-                tau_p = ttab_flat.take(tok_p * K + np.minimum(np.maximum(d_p, 1.0), _MAX_DECODES).astype(np.int64))
+                tau_p = ttab.take(toff + tok_p * K + np.minimum(np.maximum(d_p, 1.0), _MAX_DECODES).astype(np.int64))
                 h = ((d_p > 0) & (W.take(fp) <= t)).nonzero()[0]   # an idle machine that is decoding
                 if h.size:
                     np.put(W, fp[h], t + self.u[i] * tau_p[h])
@@ -480,7 +498,7 @@ class _Run:
             ready = end_p + np.where(same, 0.0, self.xfer[i])
             # the decode: output-1 iterations at its machine's batch size, after joining a batch
             nd = np.minimum(np.maximum(ndec.take(ft) + 1.0, 1.0), _MAX_DECODES).astype(np.int64)
-            tau = ttab_flat.take((tj >= Cp) * K + nd)
+            tau = ttab.take(toff + (tj >= Cp) * K + nd)
             end = ready + tau * (self.n[i] - 1.0 + self.u[i])
             book(fp, np.where(same, 0.0, self.kv * (s + 1.0)), ready, ft, m, end)   # prompt KV freed after the transfer
             if whole:
@@ -539,8 +557,8 @@ class _Run:
         dreq = np.full((D, self.C, K), -1, dtype=np.int64)
         done = np.zeros((N + 1, D))            # last-token times; row N takes empty slots
         tau_req = np.zeros((N, D))
-        ttab = self.ttab_p
-        inv_tps = 1.0 / self.tokens_per_s
+        ttab, toff = self.ttab, self.toff       # token time on the machine (row 0 of each design's pair)
+        inv_tps = (1.0 / self.tokens_per_s)[:, None]
         eps = 1e-9
         for i in range(N):
             t = self.a[i]
@@ -548,7 +566,7 @@ class _Run:
             # JSQ on pending work: queued prompt time plus one token per decode
             j = np.argmin(np.maximum(W, t) + dec * inv_tps + absent, axis=1)
             d_j = dec[rows, j].astype(np.float64)
-            tau = ttab[np.maximum(dec[rows, j], 1)]
+            tau = ttab.take(toff + np.maximum(dec[rows, j], 1))
             # a prompt stops a running decode batch at its next iteration boundary: the machine's
             # decode iterations run back to back since its last prompt batch ended (at W) or,
             # later, since the last decode there ended (a new run of the smaller batch starts)
@@ -601,6 +619,7 @@ class _PromptQueues:
         self.max_tokens = float(run.cfg.max_batch_tokens)
         self.rows = np.arange(D)                # the designs simulated: rows of the loop arrays
         self.cols = np.arange(D)                # and their columns in the arrays over requests
+        self.poff = run.poff                    # and their rows of the prompt-time tables
         self.W = np.zeros((D, C))
         self.ob_tok = np.zeros((D, C))          # the last batch of each machine: tokens, start, id
         self.ob_start = np.zeros((D, C))
@@ -640,7 +659,7 @@ class _PromptQueues:
         fj = self.flat(j)
         ostart, otok, joinable = self._join(i, t, fj)
         new_tok = np.where(joinable, otok + s, s)
-        new_cost, ride = run._batch_cost(new_tok, decodes, on_token)
+        new_cost, ride = run._batch_cost(new_tok, decodes, self.poff, on_token)
         bid = np.where(joinable, self.ob_id.take(fj), i)
         fb = bid * self.ND + self.cols          # flat (request, design) of each batch's leader
         old_cost = np.where(joinable, self.bdur.take(fb), 0.0)
@@ -664,6 +683,7 @@ class _PromptQueues:
         """Go on simulating only the designs at rows ``keep``."""
         self.cols = self.cols[keep]
         self.rows = np.arange(self.cols.size)
+        self.poff = self.poff[keep]
         self.W, self.ob_tok, self.ob_start, self.ob_id = (
             x[keep] for x in (self.W, self.ob_tok, self.ob_start, self.ob_id))
 

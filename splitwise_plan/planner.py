@@ -27,7 +27,7 @@ from .budget import parse_budget
 from .capacity import capacity_model
 from .designs import DESIGNS, Design, get_design
 from .errors import SplitwisePlanError, positive_number, choices
-from .search import STRATEGIES, Evaluator, Space, search
+from .search import STRATEGIES, Evaluator, Lockstep, Space, search
 from .simulator import METHODS, Simulator
 
 GOALS = ("min-cost", "min-power", "max-throughput")
@@ -341,11 +341,21 @@ def _limits(req: PlanRequest, d: Design, rate: float) -> tuple[int, int]:
     return int(math.ceil(pmax * f)), int(math.ceil(tmax * f))
 
 
-class _Confirmer:
-    """Runs the confirm method over ``seeds`` streams at one rate and keeps the worst result."""
+def _confirm_run(inputs: Inputs, req: PlanRequest, design: str, pt, rate, seed: int):
+    """One confirmation simulation (a picklable task for another process)."""
+    return inputs.simulator(inputs.stream(rate, seed), req.confirm_method).run(design, *pt)
 
-    def __init__(self, inputs: Inputs, req: PlanRequest, search_method: str) -> None:
+
+class _Confirmer:
+    """Runs the confirm method over ``seeds`` streams at one rate and keeps the worst result.
+
+    With a process ``pool`` (and the ``lockstep`` its search runs in) each simulation runs
+    there, while the other designs' searches go on here.
+    """
+
+    def __init__(self, inputs: Inputs, req: PlanRequest, search_method: str, pool=None, lockstep=None) -> None:
         self.inputs, self.req, self.search_method = inputs, req, search_method
+        self.pool, self.lockstep = pool, lockstep
         self._sims: dict = {}
         self.runs = 0
 
@@ -364,7 +374,12 @@ class _Confirmer:
             if (s == req.seed and search_result is not None and req.confirm_method == self.search_method):
                 results.append(search_result)   # the search already ran this exact simulation
                 continue
-            results.append(self._sim(rate, s).run(design, *pt))
+            if self.pool is not None:
+                job = self.pool.submit(_confirm_run, self.inputs, req, design, pt, rate, s)
+                with self.lockstep.away():   # the other searches go on meanwhile
+                    results.append(job.result())
+            else:
+                results.append(self._sim(rate, s).run(design, *pt))
             runs += 1
             if not results[-1].slo_met:
                 break
@@ -375,7 +390,13 @@ class _Confirmer:
 
 # --- iso-throughput ------------------------------------------------------------------
 
-def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> DesignPlan:
+def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockstep: Lockstep | None = None,
+              pool=None) -> DesignPlan:
+    """The best machine counts of ``design`` at the goal's rate: search, then confirm.
+
+    In a ``lockstep`` the search's simulations run batched with other designs' (see
+    :func:`_plan_group`); a ``pool`` then runs its confirmations.
+    """
     t0 = time.perf_counter()
     d = get_design(design)
     rate = req.rps if req.rps is not None else inputs.trace.rate
@@ -391,8 +412,11 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
     bound = cm.ilp_bound(req.objective, p_max=p_max, t_max=None if d.is_baseline else t_max)
     batch = req.batch or default_batch(method, d)
     jobs = max(1, req.jobs if req.jobs > 0 else 1)
-    ev = Evaluator(sim, d.name, method, jobs=jobs, threshold=1.0 - req.margin)
-    confirm = _Confirmer(inputs, req, method)
+    if lockstep is not None:
+        ev = Evaluator(run=lockstep.client(d.name), threshold=1.0 - req.margin)
+    else:
+        ev = Evaluator(sim, d.name, method, jobs=jobs, threshold=1.0 - req.margin)
+    confirm = _Confirmer(inputs, req, method, pool, lockstep)
     excluded: list = []
     rejected: list = []   # "p+t (search ratio -> confirm ratio)"
     base = dict(design=d.name, short=d.short, rate=float(rate), bound=bound.value, grid_size=space.size,
@@ -651,6 +675,46 @@ def _plan_one(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
     return _plan_iso(inputs, req, design, method)
 
 
+def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=None, on_design=None) -> list:
+    """Plan designs of one kind (Splitwise or baseline) together: one search thread per design,
+    their simulations batched a round at a time (:class:`Lockstep`), so the fluid simulator's
+    per-request loop runs once a round for all of them. ``pool`` runs the confirmations."""
+    import queue
+    import threading
+
+    stream = inputs.stream(req.rps, req.seed)
+    lockstep = Lockstep(inputs.simulator(stream, method, search=True).run_points)
+    done: queue.Queue = queue.Queue()
+
+    def work(name):
+        try:
+            done.put(_plan_iso(inputs, req, name, method, lockstep, pool))
+        except BaseException as exc:   # reported in the calling thread
+            done.put(exc)
+        finally:
+            lockstep.leave()
+
+    threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in designs]
+    for _ in threads:
+        lockstep.enter()
+    for th in threads:
+        th.start()
+    plans, error = [], None
+    for _ in threads:
+        p = done.get()
+        if isinstance(p, BaseException):
+            error = error or p
+            continue
+        plans.append(p)
+        if on_design is not None:
+            on_design(p)
+    for th in threads:
+        th.join()
+    if error is not None:
+        raise error
+    return plans
+
+
 # heavier designs first, so parallel workers finish together
 _WORK_ORDER = ("splitwise-aa", "splitwise-ha", "splitwise-hhcap", "splitwise-hh", "baseline-a100", "baseline-h100")
 
@@ -673,7 +737,32 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
     order = sorted(req.designs, key=lambda n: _WORK_ORDER.index(n) if n in _WORK_ORDER else 99)
     jobs = req.jobs if req.jobs > 0 else (os.cpu_count() or 1)
     jobs = min(jobs, len(order))
-    if jobs > 1:
+    by_name = {}
+
+    def collect(p):
+        by_name[p.design] = p
+        if on_design is not None:
+            on_design(p)
+
+    if method == "fluid" and req.goal != "max-throughput" and req.storage is None:
+        # designs of a kind share each fluid round; with two or more cores the baselines (and
+        # the Splitwise confirmations) run in a second process meanwhile
+        groups = [g for g in ([n for n in order if not get_design(n).is_baseline],
+                              [n for n in order if get_design(n).is_baseline]) if g]
+        sub = replace(req, jobs=1)
+        if jobs > 1 and len(groups) == 2:
+            from joblib.externals.loky import ProcessPoolExecutor   # a fresh process, as joblib's workers
+
+            with ProcessPoolExecutor(1) as pool:
+                other = pool.submit(_plan_group, inputs, sub, groups[1], method)
+                _plan_group(inputs, sub, groups[0], method, pool, collect)
+                for p in other.result():
+                    collect(p)
+        else:
+            for g in groups:
+                _plan_group(inputs, sub, g, method, None, collect)
+        plans = ()
+    elif jobs > 1:
         from joblib import Parallel, delayed
         sub = replace(req, jobs=1)
         try:   # results as each design finishes (joblib >= 1.4), so on_design reports progress
@@ -683,11 +772,8 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
         plans = par(delayed(_plan_one)(inputs, sub, n, method) for n in order)
     else:
         plans = (_plan_one(inputs, req, n, method) for n in order)
-    by_name = {}
     for p in plans:
-        by_name[p.design] = p
-        if on_design is not None:
-            on_design(p)
+        collect(p)
     ranked = tuple(sorted((by_name[n] for n in req.designs), key=_rank_key(req.goal)))
     winner = ranked[0] if ranked and ranked[0].status == "ok" else None
     return PlanResult(req, ranked, winner.design if winner else None, _gains(ranked, winner, req.goal),

@@ -24,7 +24,9 @@ Points the capacity model proves infeasible are never simulated.
 from __future__ import annotations
 
 import math
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -108,6 +110,78 @@ class Evaluator:
             if self.record is not None:
                 self.record(todo, results)
         return [self.cache[tuple(map(int, p))] for p in points]
+
+
+class Lockstep:
+    """Runs what several searches (one thread each) ask of the simulator as one batch a round.
+
+    ``run_points(items)`` simulates (design, prompt, token) items of several designs at
+    once (``Simulator.run_points``). Each search evaluates through its :meth:`client`; a
+    round runs when every search still going is waiting for one (a search that is done,
+    or :meth:`away` confirming elsewhere, is not waited for), so the fluid simulator's
+    per-request loop is paid once a round for all designs instead of once per design.
+    """
+
+    def __init__(self, run_points: Callable[[list], list]) -> None:
+        self._run = run_points
+        self._cond = threading.Condition()
+        self._live = 0
+        self._asks: dict = {}       # ticket -> [(design, p, t), ...]
+        self._answers: dict = {}
+        self._error: BaseException | None = None
+        self.rounds = 0
+
+    def enter(self) -> None:
+        """A search starts (or comes back from :meth:`away`)."""
+        with self._cond:
+            self._live += 1
+
+    def leave(self) -> None:
+        """A search is done (or goes :meth:`away`): the others no longer wait for it."""
+        with self._cond:
+            self._live -= 1
+            if self._asks and len(self._asks) >= self._live:
+                self._round()
+
+    @contextmanager
+    def away(self):
+        """A search waits for something else (a confirmation in another process)."""
+        self.leave()
+        try:
+            yield
+        finally:
+            self.enter()
+
+    def client(self, design: str) -> Callable[[list], list]:
+        """An ``Evaluator`` run function for ``design``'s search."""
+        def run(points: list) -> list:
+            ticket = object()
+            with self._cond:
+                self._asks[ticket] = [(design, *pt) for pt in points]
+                if len(self._asks) >= self._live:
+                    self._round()
+                while ticket not in self._answers:
+                    if self._error is not None:
+                        raise self._error
+                    self._cond.wait()
+                return self._answers.pop(ticket)
+        return run
+
+    def _round(self) -> None:
+        """Simulate every waiting search's points in one call (with the lock held: they all wait)."""
+        asks, self._asks = self._asks, {}
+        try:
+            results = self._run([x for items in asks.values() for x in items])
+        except BaseException as exc:
+            self._error = exc
+            self._cond.notify_all()
+            raise
+        k = 0
+        for ticket, items in asks.items():
+            self._answers[ticket] = results[k:k + len(items)]
+            k += len(items)
+        self.rounds += 1
+        self._cond.notify_all()
 
 
 # --- the space ----------------------------------------------------------------------

@@ -192,24 +192,46 @@ class Simulator:
                 merged[k::jobs] = out
             return merged
         if method == "events":
-            from .oracle import simulate_events
-            outs = [simulate_events(c, self.stream) for c in clusters]
-            ttft = np.stack([o.ttft for o in outs])
-            e2e = np.stack([o.e2e for o in outs])
-            util = [float(np.mean(o.busy_s) / max(o.horizon_s, 1e-9)) for o in outs]
-            oom = [o.oom for o in outs]
-            over = [False] * len(outs)
-        else:
-            from .fluid import CHUNK, Verdict, simulate_fluid
-            verdict = Verdict.of(self.slos, self.reference, len(self.stream)) if self.stop_early else None
-            results = []
-            for lo in range(0, len(clusters), CHUNK):   # per chunk: per-request arrays never pile up
-                part = clusters[lo:lo + CHUNK]
-                out = simulate_fluid(part, self.stream, self.overload_s, verdict)
-                results += self._results(part, out.ttft, out.e2e, list(out.utilization), list(out.oom),
-                                         list(out.overloaded), method, list(out.failed))
-            return results
-        return self._results(clusters, ttft, e2e, util, oom, over, method)
+            return self._events(clusters)
+        return self._fluid(clusters)
+
+    def run_points(self, points: Iterable[Sequence], method: str | None = None) -> list[SimulationResult]:
+        """Simulate (design, prompt, token) points of several designs, in order.
+
+        The fluid method runs all Splitwise points in one batch and all baseline points in
+        another, whatever their designs: a batch costs little more than one point.
+        """
+        method = method or self.method
+        clusters = [self.cluster(d, *pt) for d, *pt in points]
+        if method == "events":
+            return self._events(clusters)
+        out: list = [None] * len(clusters)
+        for kind in (False, True):
+            idx = [i for i, c in enumerate(clusters) if c.is_baseline == kind]
+            if idx:
+                for i, r in zip(idx, self._fluid([clusters[i] for i in idx])):
+                    out[i] = r
+        return out
+
+    def _events(self, clusters) -> list[SimulationResult]:
+        from .oracle import simulate_events
+        outs = [simulate_events(c, self.stream) for c in clusters]
+        ttft = np.stack([o.ttft for o in outs])
+        e2e = np.stack([o.e2e for o in outs])
+        util = [float(np.mean(o.busy_s) / max(o.horizon_s, 1e-9)) for o in outs]
+        return self._results(clusters, ttft, e2e, util, [o.oom for o in outs], [False] * len(outs), "events")
+
+    def _fluid(self, clusters) -> list[SimulationResult]:
+        """Clusters of one kind (Splitwise or baseline) through the fluid model, a chunk at a time."""
+        from .fluid import CHUNK, Verdict, simulate_fluid
+        verdict = Verdict.of(self.slos, self.reference, len(self.stream)) if self.stop_early else None
+        results = []
+        for lo in range(0, len(clusters), CHUNK):   # per chunk: per-request arrays never pile up
+            part = clusters[lo:lo + CHUNK]
+            out = simulate_fluid(part, self.stream, self.overload_s, verdict)
+            results += self._results(part, out.ttft, out.e2e, list(out.utilization), list(out.oom),
+                                     list(out.overloaded), "fluid", list(out.failed))
+        return results
 
     def _results(self, clusters, ttft, e2e, util, oom, over, method, failed=None) -> list[SimulationResult]:
         lat = request_latencies(ttft, e2e, self.stream.output_tokens)

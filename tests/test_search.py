@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from splitwise_plan.capacity import capacity_model
-from splitwise_plan.search import Evaluator, Space, exhaustive_search, frontier_search, optuna_search, search
+from splitwise_plan.search import (Evaluator, Lockstep, Space, exhaustive_search, frontier_search, optuna_search,
+                                   search)
 from splitwise_plan.simulator import Simulator
 from splitwise_plan.workloads import load_workload
 from splitwise_plan.errors import SplitwisePlanError
@@ -119,3 +120,43 @@ def test_real_simulator_small_grid(design):
     assert full.best is not None
     assert fr.best == full.best
     assert fr.evaluations < full.evaluations
+
+
+def test_lockstep_searches_share_rounds_and_find_each_optimum():
+    # Several designs searched at once, one thread each: every round is one call that
+    # carries all the designs still searching, and each answer equals its own search's.
+    import threading
+
+    calls = []
+
+    def run_points(items):
+        calls.append({d for d, _, _ in items})
+        return [oracle(SHAPES[d][0])([(p, t)])[0] for d, p, t in items]
+
+    names = ["HH-like", "steep", "HA-like", "baseline"]
+    lock = Lockstep(run_points)
+    found, threads = {}, []
+
+    def work(name):
+        try:
+            passes, pr, tr, cp, ct = SHAPES[name]
+            found[name] = frontier_search(Evaluator(run=lock.client(name)), Space(pr, tr, cost_key(cp, ct)),
+                                          batch=8).best
+        finally:
+            lock.leave()
+
+    for name in names:
+        lock.enter()
+        threads.append(threading.Thread(target=work, args=(name,)))
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    alone = {}
+    for name in names:
+        passes, pr, tr, cp, ct = SHAPES[name]
+        ev = Evaluator(run=oracle(passes))
+        alone[name] = (frontier_search(ev, Space(pr, tr, cost_key(cp, ct)), batch=8).best, ev.calls)
+    assert found == {n: alone[n][0] for n in names}
+    assert len(calls) == lock.rounds == max(c for _, c in alone.values())
+    assert len(calls[0]) == len(names)       # the first round carries every design

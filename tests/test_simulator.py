@@ -126,6 +126,20 @@ def test_a_batch_of_designs_gives_what_each_gives_alone():
             assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
 
 
+def test_a_batch_of_several_designs_gives_what_each_gives_alone():
+    # Splitwise designs of different hardware share one fluid pass (and the baselines
+    # another): each point must come out as when simulated with its design alone.
+    stream = load_workload("conversation").generate(20.0, duration_s=30.0, seed=2)
+    sim = Simulator(stream)
+    items = [("HH", 5, 2), ("HA", 6, 3), ("AA", 9, 2), ("HHcap", 5, 1), ("A100", 14, 0), ("H100", 7, 0), ("HA", 3, 1)]
+    together = sim.run_points(items)
+    for (design, p, t), r in zip(items, together):
+        alone = sim.run(design, p, t)
+        assert (r.design, r.prompt_machines, r.token_machines) == (alone.design, p, t)
+        for metric, pcts in alone.latency_s.items():
+            assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
+
+
 # Points near the SLO boundary where the fluid model once read optimistic (A100 token pools,
 # starved token pools): it must now give the oracle's verdict and a close tightest ratio.
 BOUNDARY = [("HA", 19, 20), ("HA", 26, 6), ("HH", 24, 4), ("HH", 23, 6), ("AA", 40, 20), ("AA", 55, 7)]
