@@ -39,12 +39,12 @@ REFERENCE_RATE = 70.0
 
 
 def default_batch(method: str, design: Design) -> int:
-    """Points per search round: the fluid simulator pays ~0.7 s per call plus ~10 ms (Splitwise) or
-    ~50 ms (baseline) per point at 70 req/s x 120 s, so it gets mid-size batches; the events
-    oracle pays per point, so it gets small ones."""
+    """Points per search round and design: a fluid round (all designs of a kind in lockstep) pays
+    ~1 s for the pass plus ~8 ms (Splitwise, failing ones stopped early) or ~50 ms (baseline) per
+    point at 70 req/s x 120 s, so mid-size batches; the events oracle pays per point: small ones."""
     if method != "fluid":
         return 4
-    return 8 if design.is_baseline else 16
+    return 8 if design.is_baseline else 12
 
 
 def fluid_available() -> bool:
@@ -745,15 +745,15 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
             on_design(p)
 
     if method == "fluid" and req.goal != "max-throughput" and req.storage is None:
-        # designs of a kind share each fluid round; with two or more cores the baselines (and
-        # the Splitwise confirmations) run in a second process meanwhile
+        # designs of a kind share each fluid round; with two or more cores the baselines run in
+        # a second process meanwhile, and the Splitwise confirmations in a third
         groups = [g for g in ([n for n in order if not get_design(n).is_baseline],
                               [n for n in order if get_design(n).is_baseline]) if g]
         sub = replace(req, jobs=1)
         if jobs > 1 and len(groups) == 2:
             from joblib.externals.loky import ProcessPoolExecutor   # a fresh process, as joblib's workers
 
-            with ProcessPoolExecutor(1) as pool:
+            with ProcessPoolExecutor(2) as pool:
                 other = pool.submit(_plan_group, inputs, sub, groups[1], method)
                 _plan_group(inputs, sub, groups[0], method, pool, collect)
                 for p in other.result():
