@@ -357,6 +357,7 @@ class _Confirmer:
         self.inputs, self.req, self.search_method = inputs, req, search_method
         self.pool, self.lockstep = pool, lockstep
         self._sims: dict = {}
+        self._jobs: dict = {}        # (design, point, rate, seed) -> Future of the pool
         self.runs = 0
 
     def _sim(self, rate, seed):
@@ -364,6 +365,17 @@ class _Confirmer:
         if k not in self._sims:
             self._sims[k] = self.inputs.simulator(self.inputs.stream(rate, seed), self.req.confirm_method)
         return self._sims[k]
+
+    def _submit(self, design: str, pt, rate, seed: int):
+        key = (design, tuple(pt), rate, seed)
+        if key not in self._jobs:
+            self._jobs[key] = self.pool.submit(_confirm_run, self.inputs, self.req, design, pt, rate, seed)
+        return self._jobs[key]
+
+    def prefetch(self, design: str, pt, rate) -> None:
+        """Start confirming ``pt`` in the pool (on the first stream) before it is asked for."""
+        if self.pool is not None and self.req.confirm_method != self.search_method:
+            self._submit(design, pt, rate, self.req.seed)
 
     def __call__(self, design: str, pt, rate, search_result=None):
         """(all seeds pass?, worst SimulationResult, simulations run)."""
@@ -375,7 +387,7 @@ class _Confirmer:
                 results.append(search_result)   # the search already ran this exact simulation
                 continue
             if self.pool is not None:
-                job = self.pool.submit(_confirm_run, self.inputs, req, design, pt, rate, s)
+                job = self._submit(design, pt, rate, s)
                 with self.lockstep.away():   # the other searches go on meanwhile
                     results.append(job.result())
             else:
@@ -386,6 +398,33 @@ class _Confirmer:
         self.runs += runs
         worst = max(results, key=lambda r: float(r.tightest.get("ratio", math.inf)) if r.tightest else math.inf)
         return all(r.slo_met for r in results), worst, runs
+
+    def lookahead(self, ev: Evaluator, space: Space, design: str, rate, excluded: list, best, depth: int,
+                  batch: int) -> None:
+        """Prefetch the confirmations of the ``depth`` points the search would return next, should
+        ``best`` (then each next one) fail confirmation, as far as they need no new simulation."""
+        if self.pool is None:
+            return
+        dry = Evaluator(run=_no_simulation, threshold=ev.threshold)
+        dry.cache = ev.cache          # read only: a new point ends the look-ahead before it is stored
+        out = list(excluded) + [best]
+        for _ in range(depth):
+            try:
+                nxt = search(dry, space, "frontier", exclude=out, batch=batch).best
+            except _NeedsSimulation:
+                return
+            if nxt is None:
+                return
+            self.prefetch(design, nxt, rate)
+            out.append(nxt)
+
+
+class _NeedsSimulation(Exception):
+    pass
+
+
+def _no_simulation(points):
+    raise _NeedsSimulation
 
 
 # --- iso-throughput ------------------------------------------------------------------
@@ -437,6 +476,9 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
             status = "unconfirmed" if excluded else "infeasible"
             return DesignPlan(status=status, evaluations=ev.evaluations, confirmations=confirm.runs,
                               seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate), **base)
+        if rejected and req.strategy == "frontier":
+            # the search reads optimistic here: the next candidates' confirmations start meanwhile
+            confirm.lookahead(ev, space, d.name, req.rps, excluded, sr.best, 2, batch)
         ok, worst, _ = confirm(d.name, sr.best, req.rps, ev.cache.get(sr.best))
         if ok:
             p, t = sr.best
