@@ -150,9 +150,18 @@ class _Instance:
         self.sim.push(self.run_start + self.iter_dur * self.n_contig, self._complete, self.version)
 
     # -- batching -------------------------------------------------------------
-    def _select_batch(self) -> tuple[list[_Task], list[_Task]]:
+    def _select_batch(self) -> tuple[list[_Task] | None, list[_Task] | None]:
+        """The next batch (the reference's rules): (preempted, added), or (None, None) when the
+        running batch goes on unchanged because nothing else waits on the machine."""
         cfg = self.sim.cfg
         old = self.batch
+        if (not self.pending and not self.pending_prompts and not self.blocked
+                and len(self.pool_order) == len(old) and len(old) <= cfg.max_batch_size
+                and all(self.pool_tasks[t.req.rid][0] is t for t in old)):
+            bt = sum(t.tpi for t in old)
+            if bt <= cfg.max_batch_tokens:   # nothing waits and the batch still fits: it runs on as it is
+                self.batch_tokens = bt
+                return None, None
         new: list[_Task] = []
         in_batch: set[int] = set()
         bt = 0
@@ -219,18 +228,19 @@ class _Instance:
 
     def start_iteration(self) -> None:
         preempted, added = self._select_batch()
-        for t in preempted:
-            t.state = _BLOCKED
-            self._leave_batch(t)
-            self._add_pending(t, preempted=True)
-        for t in added:
-            self._remove_pending(t)
-            self._enter_batch(t)
-        batch_ids = {id(t) for t in self.batch}
-        for rid in self.pool_order:
-            t = self.pool_tasks[rid][0]
-            if id(t) not in batch_ids:
-                t.nprem += 1
+        if preempted is not None:   # else the batch runs on unchanged, every task of the machine in it
+            for t in preempted:
+                t.state = _BLOCKED
+                self._leave_batch(t)
+                self._add_pending(t, preempted=True)
+            for t in added:
+                self._remove_pending(t)
+                self._enter_batch(t)
+            batch_ids = {id(t) for t in self.batch}
+            for rid in self.pool_order:
+                t = self.pool_tasks[rid][0]
+                if id(t) not in batch_ids:
+                    t.nprem += 1
         if not self.batch:
             if not self.pool_order:
                 self.sim.notify_free(self)
