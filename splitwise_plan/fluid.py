@@ -47,6 +47,7 @@ CHUNK = 256           # designs simulated together (memory grows with designs x 
 _DECODE_SLOTS = 16      # decodes tracked per baseline machine (more only when overloaded)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 _CHECK = 256            # requests between two verdict checks
+_BUSY_BLOCK = 32        # designs whose decode waits are solved together (memory grows with it)
 
 
 @dataclass(frozen=True)
@@ -514,8 +515,17 @@ class _Run:
         t1 = self.a[:, None] + ttft + np.where(pmach == dmach, 0.0, self.xfer[:, None])
         base = tau_req * (self.n[:, None] - 1.0 + self.u[:, None])
         alone = t1 + base                       # the last token if no prompt batch delayed the decode
-        wait = _MachineBusy(pq, M, pmach, dmach, float(np.nanmax(alone))).delays(t1, base)
-        return self._outcome(pq, tau_req, ttft, alone + wait, oom, stop, failed)
+        # a machine's stretch of the decode-wait axis holds its batches and any decode's end
+        span = 2.0 * float(np.max(pq.bstart + pq.bdur)) + max(float(np.nanmax(alone)), 0.0) + 10.0
+        leaders = pq.leaders()
+        for lo in range(0, t1.shape[1], _BUSY_BLOCK):   # a block of designs at a time: bounded memory
+            sl = slice(lo, lo + _BUSY_BLOCK)
+            busy = _MachineBusy(pq.bstart[:, sl], pq.bdur[:, sl], pq.bcred[:, sl], leaders[:, sl], M,
+                                pmach[:, sl], dmach[:, sl], span)
+            alone[:, sl] += busy.delays(t1[:, sl], base[:, sl])
+        del t1, base, leaders, busy, pmach, dmach
+        pq.bstart = pq.bcred = pq.bride = pq.rb = None   # what the outcome no longer needs
+        return self._outcome(pq, tau_req, ttft, alone, oom, stop, failed)
 
     def _outcome(self, pq, tau_req, ttft, last_token, oom, stop, failed) -> FluidOutcome:
         """Per-request TTFT and E2E (designs x requests) and each design's utilization."""
@@ -705,28 +715,28 @@ class _MachineBusy:
     they take from decodes, so a decode's end on its machine is two binary searches.
     """
 
-    def __init__(self, pq: _PromptQueues, C: int, prompt_machine, token_machine, horizon: float) -> None:
+    def __init__(self, bstart, bdur, bcred, leaders, C: int, prompt_machine, token_machine, span: float) -> None:
+        """Requests x designs: each batch's start, duration and credit (at its leader request),
+        the leaders, each request's prompt and token machine; ``span``: the axis per machine."""
         N, D = prompt_machine.shape
         cols = np.arange(D)[None, :]
         self.C = C
-        # a machine's stretch of the axis holds its batches and any decode's end (horizon + the busy time)
-        last_end = float(np.max(pq.bstart + pq.bdur))
-        self.span = 2.0 * last_end + max(horizon, 0.0) + 10.0
+        self.span = span
         ran_prompts = np.zeros((D, C), dtype=bool)
         ran_prompts[cols, prompt_machine] = True
         ran_decodes = np.zeros((D, C), dtype=bool)
         ran_decodes[cols, token_machine] = True
         self.token_machine = token_machine
         self.mask = ran_prompts[cols, token_machine]   # only these decodes can wait for prompt batches
-        batch = pq.leaders() & ran_decodes[cols, prompt_machine]
+        batch = leaders & ran_decodes[cols, prompt_machine]
         d_idx = np.broadcast_to(cols, batch.shape)[batch]
-        keys = (d_idx * C + prompt_machine[batch]).astype(np.float64) * self.span + pq.bstart[batch]
+        keys = (d_idx * C + prompt_machine[batch]).astype(np.float64) * self.span + bstart[batch]
         order = np.argsort(keys)
         self.k_start = keys[order]
-        self.k_len = pq.bdur[batch][order]
+        self.k_len = bdur[batch][order]
         # what each batch takes from the decodes of its machine: all of it, less one decode
         # iteration in a mixed batch they ride in; and the machine's idle (decode) time before it
-        self.eff = np.maximum(self.k_len - pq.bcred[batch][order], 0.0)
+        self.eff = np.maximum(self.k_len - bcred[batch][order], 0.0)
         self.eff_cum = np.concatenate([[0.0], np.cumsum(self.eff)])
         self.idle_at = self.k_start - self.eff_cum[:-1]
 

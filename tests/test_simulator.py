@@ -200,17 +200,13 @@ def test_a_decode_waits_out_the_prompt_batches_of_its_machine():
     # Hand-computed: prompt batches run on machine 0 at [1, 2] and [2.5, 3]; a decode there
     # from t=0.5 needing 1.0 s of the machine runs 0.5-1, waits 1-2, runs 2-2.5: it waits 1.0 s.
     # A second decode from 0.5 needing 2.0 s also waits out the second batch: 1.5 s.
-    from types import SimpleNamespace
-
     from splitwise_plan.fluid import _MachineBusy
 
     bstart = np.array([[1.0], [2.5], [0.0], [0.0]])
     bdur = np.array([[1.0], [0.5], [0.0], [0.0]])
-    rb = np.array([[0], [1], [0], [1]], dtype=np.int32)     # requests 2, 3: decodes only
-    pq = SimpleNamespace(bstart=bstart, bdur=bdur, bcred=np.zeros_like(bstart),
-                         leaders=lambda: rb == np.arange(4)[:, None])
+    leaders = np.array([[True], [True], [False], [False]])     # requests 2, 3: decodes only
     pmach = np.zeros((4, 1), dtype=np.int32)
-    busy = _MachineBusy(pq, 1, pmach, pmach, horizon=10.0)
+    busy = _MachineBusy(bstart, bdur, np.zeros_like(bstart), leaders, 1, pmach, pmach, span=20.0)
     t1 = np.array([[0.0], [0.0], [0.5], [0.5]])
     base = np.array([[0.0], [0.0], [1.0], [2.0]])
     wait = busy.delays(t1, base)
