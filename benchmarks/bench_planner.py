@@ -4,6 +4,9 @@
     python benchmarks/bench_planner.py --duration 30   # quicker
     python benchmarks/bench_planner.py --confirm-method fluid   # the search alone
 
+It first times the command itself, ``splitwise-plan --goal min-cost --rps R --quiet``, in a
+fresh process (``--repeat`` times, the median reported: the machine is shared and noisy).
+
 The reference simulator answers the same question by sweeping every design's grid
 (Splitwise-HH 39x39, -AA 69x69, -HA 39x69, -HHcap 39x39, Baseline-A100 1..139,
 Baseline-H100 1..79: 10,712 design points) at about 10 s a point (the median wall
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,7 +48,19 @@ def main() -> None:
     ap.add_argument("--confirm-method", default="events")
     ap.add_argument("--strategy", default="frontier")
     ap.add_argument("--designs", default="AA,HH,HA,HHcap,A100,H100")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of the command to time (0: none)")
     args = ap.parse_args()
+
+    cmd = [sys.executable, "-m", "splitwise_plan", "--goal", "min-cost", "--rps", f"{args.rps:g}", "--quiet",
+           "--duration", f"{args.duration:g}", "--designs", args.designs]
+    walls = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        walls.append(time.perf_counter() - t0)
+    if walls:
+        print(f"the command ({' '.join(cmd[2:])}), {len(walls)} runs: median {statistics.median(walls):.1f} s wall "
+              f"(target <= 10 s); runs {', '.join(f'{w:.1f}' for w in walls)} s")
 
     t0 = time.perf_counter()
     res = plan(PlanRequest(goal="min-cost", rps=args.rps, duration=args.duration, jobs=args.jobs,
