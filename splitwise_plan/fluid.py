@@ -47,6 +47,7 @@ CHUNK = 256           # designs simulated together (memory grows with designs x 
 _DECODE_SLOTS = 16      # decodes tracked per baseline machine (more only when overloaded)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 _CHECK = 256            # requests between two verdict checks
+_POPCOUNT = getattr(np, "bitwise_count", None)   # numpy >= 2.0: counts decode slots fast (see _count)
 _BUSY_BLOCK = 32        # designs whose decode waits are solved together (memory grows with it)
 
 
@@ -572,7 +573,7 @@ class _Run:
         eps = 1e-9
         for i in range(N):
             t = self.a[i]
-            dec = (dend > t).sum(axis=2)                           # decodes per machine
+            dec = _count(dend > t)                                 # decodes per machine
             # JSQ on pending work: queued prompt time plus one token per decode
             j = np.argmin(np.maximum(W, t) + dec * inv_tps + absent, axis=1)
             d_j = dec[rows, j].astype(np.float64)
@@ -591,7 +592,7 @@ class _Run:
             ends, rdy = dend[rows, j], dready[rows, j]
             half = 0.5 * tau[:, None]
             at = pq.batch_start(i, t, j)[:, None]
-            riding = ((rdy <= at + eps) & (ends > at + half)).sum(axis=1).astype(np.float64)
+            riding = _count((rdy <= at + eps) & (ends > at + half)).astype(np.float64)
             start, delta, fresh, ride, ready = pq.step(i, t, j, riding)
             # the machine's running decodes wait out the new batch time
             loss = delta[:, None] - np.where((fresh & ride)[:, None], dtau[rows, j], 0.0)
@@ -609,6 +610,18 @@ class _Run:
         done[dreq[live], np.broadcast_to(rows[:, None, None], dreq.shape)[live]] = dend[live]
         none = np.zeros(D, dtype=bool)
         return self._outcome(pq, tau_req, pq.ttft(), done[:N], none, np.full(D, N), none)
+
+
+def _count(flags) -> np.ndarray:
+    """True flags along the last axis (decode slots): with ``_DECODE_SLOTS`` a multiple of 8
+    they are whole 64-bit words, and a popcount a word is ~5x faster than a short-axis sum."""
+    if _POPCOUNT is None or flags.shape[-1] % 8:
+        return flags.sum(axis=-1)
+    words = flags.view(np.uint64)
+    out = _POPCOUNT(words[..., 0])
+    for k in range(1, words.shape[-1]):
+        out += _POPCOUNT(words[..., k])
+    return out
 
 
 class _PromptQueues:

@@ -466,6 +466,12 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
     if req.storage is not None:   # trials kept in an Optuna storage: one study per (question, design)
         from .study import search_options
         opts.update(search_options(req, d, method, space, (up, ut), rate, batch))
+    if pool is not None and req.strategy == "frontier":
+        def on_round(best, probes):
+            """A round short of points is likely the last: confirm the best so far meanwhile."""
+            if best is not None and len(probes) < batch:
+                confirm.prefetch(d.name, best, req.rps)
+        opts["on_round"] = on_round
     while True:
         sr = search(ev, space, req.strategy, exclude=excluded, **opts)
         if sr.best is None:

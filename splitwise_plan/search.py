@@ -252,8 +252,12 @@ class SearchResult:
 # --- strategies -----------------------------------------------------------------------
 
 def frontier_search(evaluate: Evaluator, space: Space, *, batch: int = 8, exclude: Sequence[Point] = (),
-                    max_rounds: int = 10_000) -> SearchResult:
-    """Exact optimum of a monotone pass/fail grid in few, batched simulations (module doc)."""
+                    max_rounds: int = 10_000,
+                    on_round: Callable[[Point | None, list], None] | None = None) -> SearchResult:
+    """Exact optimum of a monotone pass/fail grid in few, batched simulations (module doc).
+
+    ``on_round(best so far, probes)``, if given, sees each round before it runs.
+    """
     t0 = time.perf_counter()
     ps, ts = space.ps, space.ts
     p0, t_lo, t_hi = int(ps[0]), int(ts[0]), int(ts[-1])
@@ -305,6 +309,8 @@ def frontier_search(evaluate: Evaluator, space: Space, *, batch: int = 8, exclud
             ts_i = {int(lo[i] + (j + 1) * width // (k + 1)) for j in range(k)} if k < width else \
                 set(range(int(lo[i]), int(hi[i]) + 1))
             probes += [(int(ps[i]), t) for t in sorted(ts_i)]
+        if on_round is not None:
+            on_round(best, probes)
         results = evaluate(probes)
         rounds += 1
         for pt, r in zip(probes, results):
@@ -366,7 +372,7 @@ def optuna_search(evaluate: Evaluator, space: Space, *, n_trials: int = 24, batc
 def search(evaluate: Evaluator, space: Space, strategy: str = "frontier", **kw) -> SearchResult:
     """Run one strategy (``frontier``, ``optuna`` or ``exhaustive``)."""
     if strategy == "frontier":
-        return frontier_search(evaluate, space, **{k: v for k, v in kw.items() if k in ("batch", "exclude")})
+        return frontier_search(evaluate, space, **{k: v for k, v in kw.items() if k in ("batch", "exclude", "on_round")})
     if strategy == "optuna":
         return optuna_search(evaluate, space, **kw)
     if strategy == "exhaustive":
