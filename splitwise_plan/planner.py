@@ -801,11 +801,14 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
         if jobs > 1 and len(groups) == 2:
             from joblib.externals.loky import ProcessPoolExecutor   # a fresh process, as joblib's workers
 
-            with ProcessPoolExecutor(2) as pool:
+            pool = ProcessPoolExecutor(2)
+            try:
                 other = pool.submit(_plan_group, inputs, sub, groups[1], method)
                 _plan_group(inputs, sub, groups[0], method, pool, collect)
                 for p in other.result():
                     collect(p)
+            finally:   # confirmations started ahead and no longer needed are dropped, not awaited
+                pool.shutdown(wait=False, kill_workers=True)
         else:
             for g in groups:
                 _plan_group(inputs, sub, g, method, None, collect)
