@@ -204,8 +204,12 @@ class _Run:
         that ride along).
         """
         mixed = decodes.any()   # else plain prompt batches on every machine
-        ride = np.minimum(decodes, np.maximum(self.cfg.max_batch_tokens - tokens, 0.0)) if mixed else decodes
-        idx = poff + np.minimum((tokens + ride).astype(np.int64), self.T - 1)
+        if mixed:
+            ride = np.minimum(decodes, np.maximum(self.cfg.max_batch_tokens - tokens, 0.0))
+            idx = poff + np.minimum((tokens + ride).astype(np.int64), self.T - 1)
+        else:
+            ride = decodes
+            idx = poff + np.minimum(tokens.astype(np.int64), self.T - 1)
         secs = self.ptab_p.take(idx)
         if on_token is not None and self.other_hw and on_token.any():   # borrowed token machines of other hardware
             secs = np.where(on_token, self.ptab_t.take(idx), secs)
@@ -242,6 +246,7 @@ class _Run:
         rel_mem = np.zeros((L, D, M), dtype=np.float32)   # releases by time bucket
         rel_dec = np.zeros((L, D, M), dtype=np.float32)
         rel_flat = rows * M                     # + machine, + bucket * D * M: flat ring index
+        rows_cp = rows * Cp                     # + machine: flat index into the prompt pool's columns
         R = _PENDING
         q_end = np.zeros((D * M, R))            # the last prompts queued on each machine
         q_tok = np.zeros((D * M, R))
@@ -375,7 +380,7 @@ class _Run:
             """Drop the overloaded designs from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, rel_mem, rel_dec, rel_flat
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
-            nonlocal q_head, q_n, q_next, ptok, DM, whole, cap, toff
+            nonlocal q_head, q_n, q_next, ptok, DM, whole, cap, toff, rows_cp
             keep = (~dying).nonzero()[0]
             pq.compact(keep)
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
@@ -385,7 +390,7 @@ class _Run:
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
             q_head, q_n, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel() for x in (q_head, q_n, q_next))
             ptok, cap, toff = ptok.take(keep, axis=0), cap.take(keep, axis=0), toff[keep]
-            rel_flat = rows * M
+            rel_flat, rows_cp = rows * M, rows * Cp
             DM = D * M
             whole = False
             dying = np.zeros(D, dtype=bool)
@@ -435,14 +440,15 @@ class _Run:
             # unless its queue is long
             kp = ptok[:, :Cp] + pkey[:, :Cp]
             pj = kp.argmin(axis=1)
-            load = kp.take(rows * Cp + pj)          # inf off the prompt pool
+            load = kp.take(rows_cp + pj)            # inf off the prompt pool
             ok_p = load < inf
             q = ((load + s > max_pending) & ok_p).nonzero()[0]
             if q.size:   # over the limit: long if the machine has a queue (as long_queue)
                 ok_p[q] = ~long_queue(q, pj[q], s)
             # token machine: least booked memory that still fits (inf off the token pool)
             tj = tkey[:, Cp:].argmin(axis=1) + Cp
-            ok_t = tkey.take(rel_flat + tj) + m < cap.take(rel_flat + tj)
+            ft = rel_flat + tj
+            ok_t = tkey.take(ft) + m < cap.take(ft)
             if mixed_on:
                 if not (ok_p.all() and ok_t.all()):
                     bad_p, bad_t = (~ok_p).nonzero()[0], (~ok_t).nonzero()[0]
@@ -461,9 +467,10 @@ class _Run:
                         pj[stuck] = fj
                         tj[stuck] = fj
                         oom[act[stuck]] |= ~fits(stuck, fj, m)
+                    ft = rel_flat + tj
             else:   # strict pools: wait for memory on the token pool
                 oom[act] |= ~ok_t
-            fp, ft = rel_flat + pj, rel_flat + tj
+            fp = rel_flat + pj
             same = pj == tj
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
             d_p = ndec.take(fp)
@@ -473,7 +480,7 @@ class _Run:
                 h = ((d_p > 0) & (W.take(fp) <= t)).nonzero()[0]   # an idle machine that is decoding
                 if h.size:
                     np.put(W, fp[h], t + self.u[i] * tau_p[h])
-                start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=tau_p)
+                start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=tau_p, fj=fp)
                 # the decodes booked on that machine wait out the batch time it adds (less one iteration
                 # when they ride in a new mixed batch): their memory and decode-count releases move later
                 loss = delta - np.where(fresh & ride, tau_p, 0.0)
@@ -481,19 +488,23 @@ class _Run:
                 if late.size:
                     postpone(late, pj[late], start[late], loss[late])
             else:   # no decodes there: plain prompt batches
-                start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=0.0)
+                start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=0.0, fj=fp)
             if start.max() - t > self.overload_s:
                 over = (start - t > self.overload_s) & ~dying
                 dying |= over
                 stop[act[over]] = i + 1
             qh, qn = q_head.take(fp), q_n.take(fp)
             k = (qh + qn) % R                       # the next slot of the machine's prompt ring
-            full = qn == R                          # forget the oldest prompt remembered
             fk = fp * R + k
-            np.put(ptok, fp, ptok.take(fp) + (s - np.where(full, q_tok.take(fk), 0.0)))
-            qh = np.where(full, (k + 1) % R, qh)
-            np.put(q_head, fp, qh)
-            np.put(q_n, fp, qn + ~full)
+            full = qn == R
+            if full.any():                          # forget the oldest prompt remembered
+                np.put(ptok, fp, ptok.take(fp) + (s - np.where(full, q_tok.take(fk), 0.0)))
+                qh = np.where(full, (k + 1) % R, qh)
+                np.put(q_head, fp, qh)
+                np.put(q_n, fp, qn + ~full)
+            else:
+                np.put(ptok, fp, ptok.take(fp) + s)
+                np.put(q_n, fp, qn + 1)
             np.put(q_end, fk, end_p)
             np.put(q_tok, fk, s)
             np.put(q_next, fp, q_end.take(fp * R + qh))
@@ -643,6 +654,7 @@ class _PromptQueues:
         self.rows = np.arange(D)                # the designs simulated: rows of the loop arrays
         self.cols = np.arange(D)                # and their columns in the arrays over requests
         self.poff = run.poff                    # and their rows of the prompt-time tables
+        self.whole = True                       # every design still simulated
         self.W = np.zeros((D, C))
         self.ob_tok = np.zeros((D, C))          # the last batch of each machine: tokens, start, id
         self.ob_start = np.zeros((D, C))
@@ -672,14 +684,15 @@ class _PromptQueues:
         ostart, _, joinable = self._join(i, t, fj)
         return np.where(joinable, ostart, np.maximum(self.W.take(fj), t))
 
-    def step(self, i, t, j, decodes, on_token=None, credit=None):
-        """Queue request i on machine ``j`` of each design.
+    def step(self, i, t, j, decodes, on_token=None, credit=None, fj=None):
+        """Queue request i on machine ``j`` (flat index ``fj``, if known) of each design.
 
         Returns (batch start, added batch time, new batch?, decodes ride along?, prompt end).
         """
         run = self.run
         s = run.s[i]
-        fj = self.flat(j)
+        if fj is None:
+            fj = self.flat(j)
         ostart, otok, joinable = self._join(i, t, fj)
         new_tok = np.where(joinable, otok + s, s)
         new_cost, ride = run._batch_cost(new_tok, decodes, self.poff, on_token)
@@ -695,8 +708,11 @@ class _PromptQueues:
         np.put(self.bdur, fb, new_cost)
         np.put(self.bride, fb, rides)
         if credit is not None:
-            np.put(self.bcred, fb, np.where(rides, credit, 0.0))
-        self.rb[i, self.cols] = bid
+            np.put(self.bcred, fb, np.where(rides, credit, 0.0) if np.ndim(credit) else credit)
+        if self.whole:
+            self.rb[i] = bid
+        else:
+            self.rb[i, self.cols] = bid
         np.put(self.ob_tok, fj, new_tok)
         np.put(self.ob_start, fj, start)
         np.put(self.ob_id, fj, bid)
@@ -706,6 +722,7 @@ class _PromptQueues:
         """Go on simulating only the designs at rows ``keep``."""
         self.cols = self.cols[keep]
         self.rows = np.arange(self.cols.size)
+        self.whole = False
         self.poff = self.poff[keep]
         self.W, self.ob_tok, self.ob_start, self.ob_id = (
             x[keep] for x in (self.W, self.ob_tok, self.ob_start, self.ob_id))
