@@ -482,9 +482,9 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
             status = "unconfirmed" if excluded else "infeasible"
             return DesignPlan(status=status, evaluations=ev.evaluations, confirmations=confirm.runs,
                               seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate), **base)
-        if rejected and req.strategy == "frontier":
-            # the search reads optimistic here: the next candidates' confirmations start meanwhile
-            confirm.lookahead(ev, space, d.name, req.rps, excluded, sr.best, 2, batch)
+        if req.strategy == "frontier":
+            # should this one fail, the search's next answer is already being confirmed
+            confirm.lookahead(ev, space, d.name, req.rps, excluded, sr.best, 1, batch)
         ok, worst, _ = confirm(d.name, sr.best, req.rps, ev.cache.get(sr.best))
         if ok:
             p, t = sr.best
