@@ -44,7 +44,7 @@ _PENDING = 16          # prompts remembered per machine for JSQ and the queue-le
 _POSTPONE = 64         # buckets after a prompt batch whose releases it postpones (16 s)
 _PROMPT, _TOKEN, _MIXED, _ABSENT = 0, 1, 2, 3   # machine roles
 CHUNK = 256           # designs simulated together (memory grows with designs x requests)
-_DECODE_SLOTS = 16      # decodes tracked per baseline machine (more only when overloaded)
+_DECODE_SLOTS = 16      # decodes tracked per baseline machine at first (doubled whenever all are busy)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 _CHECK = 256            # requests between two verdict checks
 _POPCOUNT = getattr(np, "bitwise_count", None)   # numpy >= 2.0: counts decode slots fast (see _count)
@@ -157,7 +157,6 @@ class _Run:
         self.cap_p = np.array([float(c.prompt.machine.hbm_bytes) - weights for c in hw])[self.grp]
         self.cap_t = np.array([float(c.token.machine.hbm_bytes) - weights if c.token else
                                float(c.prompt.machine.hbm_bytes) - weights for c in hw])[self.grp]
-        self.mean_mem = float(self.mem.mean())
         # converts a prompt backlog (seconds) to pending tokens for JSQ routing
         mbt = self.cfg.max_batch_tokens
         self.tokens_per_s = np.array([mbt / float(lp.prompt_time(mbt)) for lp in lat_p])[self.grp]
@@ -557,7 +556,7 @@ class _Run:
 
     # -- baselines ----------------------------------------------------------------------
     def baseline(self) -> FluidOutcome:
-        """Every machine runs both phases; decodes are tracked per machine (``_DECODE_SLOTS`` each).
+        """Every machine runs both phases; decodes are tracked per machine (``_DECODE_SLOTS`` slots, doubled as needed).
 
         Each prompt batch scheduled on a machine delays the decodes running there at its
         start, as it happens: by the batch time less one decode iteration when they ride
@@ -589,6 +588,10 @@ class _Run:
             j = np.argmin(np.maximum(W, t) + dec * inv_tps + absent, axis=1)
             d_j = dec[rows, j].astype(np.float64)
             tau = ttab.take(toff + np.maximum(dec[rows, j], 1))
+            if d_j.max() >= K:   # a machine decodes in every slot: track twice as many
+                dend, dready, dtau = (np.concatenate([x, np.zeros_like(x)], axis=2) for x in (dend, dready, dtau))
+                dreq = np.concatenate([dreq, np.full_like(dreq, -1)], axis=2)
+                K *= 2
             # a prompt stops a running decode batch at its next iteration boundary: the machine's
             # decode iterations run back to back since its last prompt batch ended (at W) or,
             # later, since the last decode there ended (a new run of the smaller batch starts)

@@ -341,6 +341,23 @@ def _limits(req: PlanRequest, d: Design, rate: float) -> tuple[int, int]:
     return int(math.ceil(pmax * f)), int(math.ceil(tmax * f))
 
 
+class _Pool:
+    """Side processes that remember their jobs, so that closing drops the ones still pending
+    (confirmations started ahead and no longer needed) instead of awaiting them."""
+
+    def __init__(self, executor) -> None:
+        self.executor, self.jobs = executor, []
+
+    def submit(self, fn, *args):
+        self.jobs.append(self.executor.submit(fn, *args))
+        return self.jobs[-1]
+
+    def close(self) -> None:
+        for job in self.jobs:
+            job.cancel()
+        self.executor.shutdown(wait=True, kill_workers=True)
+
+
 def _confirm_run(inputs: Inputs, req: PlanRequest, design: str, pt, rate, seed: int):
     """One confirmation simulation (a picklable task for another process)."""
     return inputs.simulator(inputs.stream(rate, seed), req.confirm_method).run(design, *pt)
@@ -801,14 +818,14 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
         if jobs > 1 and len(groups) == 2:
             from joblib.externals.loky import ProcessPoolExecutor   # a fresh process, as joblib's workers
 
-            pool = ProcessPoolExecutor(2)
+            pool = _Pool(ProcessPoolExecutor(2))
             try:
                 other = pool.submit(_plan_group, inputs, sub, groups[1], method)
                 _plan_group(inputs, sub, groups[0], method, pool, collect)
                 for p in other.result():
                     collect(p)
-            finally:   # confirmations started ahead and no longer needed are dropped, not awaited
-                pool.shutdown(wait=False, kill_workers=True)
+            finally:
+                pool.close()
         else:
             for g in groups:
                 _plan_group(inputs, sub, g, method, None, collect)

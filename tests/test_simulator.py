@@ -158,6 +158,18 @@ def test_fluid_gives_the_oracles_verdict_near_the_slo_boundary(coding70, design,
     assert fluid.tightest["ratio"] == pytest.approx(oracle.tightest["ratio"], rel=0.2)
 
 
+@pytest.mark.parametrize("rate,verdict", [(23.5, True), (32.0, False)])
+def test_fluid_baseline_tracks_the_oracle_with_many_decodes_per_machine(rate, verdict):
+    # Conversation requests decode ~130 tokens: at ~3 req/s a machine runs more than the 16
+    # decodes the fluid model tracks at first; it must track them all (it once capped the
+    # batch at 16 and passed 40 DGX-H100 at 230 req/s).
+    stream = load_workload("conversation").generate(rate, duration_s=60.0, seed=4)
+    fluid = Simulator(stream).run("H100", 10)
+    oracle = Simulator(stream, method="events").run("H100", 10)
+    assert fluid.slo_met == oracle.slo_met == verdict
+    assert fluid.tightest["ratio"] == pytest.approx(oracle.tightest["ratio"], rel=0.05)
+
+
 def test_an_overloaded_design_is_stopped_and_the_batch_is_unchanged():
     # One prompt machine cannot hold 20 req/s: its queue passes every latency limit, the fluid
     # model stops it there (its later requests unfinished) and drops it from the batch; the
