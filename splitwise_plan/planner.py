@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -406,6 +407,9 @@ class _Confirmer:
             if self.pool is not None:
                 job = self._submit(design, pt, rate, s)
                 with self.lockstep.away():   # the other searches go on meanwhile
+                    if self.lockstep.idle() and job.cancel():   # not started, and nothing else runs here
+                        job = self._jobs[(design, tuple(pt), rate, s)] = Future()
+                        job.set_result(self._sim(rate, s).run(design, *pt))
                     results.append(job.result())
             else:
                 results.append(self._sim(rate, s).run(design, *pt))

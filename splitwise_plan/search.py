@@ -143,6 +143,11 @@ class Lockstep:
             if self._asks and len(self._asks) >= self._live:
                 self._round()
 
+    def idle(self) -> bool:
+        """No search is going (all done or away): this process has nothing else to run."""
+        with self._cond:
+            return self._live == 0
+
     @contextmanager
     def away(self):
         """A search waits for something else (a confirmation in another process)."""
