@@ -356,7 +356,7 @@ class _Pool:
     def close(self) -> None:
         for job in self.jobs:
             job.cancel()
-        self.executor.shutdown(wait=True, kill_workers=True)
+        self.executor.shutdown(wait=True)
 
 
 def _confirm_run(inputs: Inputs, req: PlanRequest, design: str, pt, rate, seed: int):

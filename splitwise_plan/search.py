@@ -305,12 +305,17 @@ def frontier_search(evaluate: Evaluator, space: Space, *, batch: int = 8, exclud
             pick = np.unique(((np.arange(batch) + 0.5) * active.size / batch).astype(int))
             active = active[pick]
         # k-ary search: each column gets an equal share of the round's points, evenly
-        # spaced in its undecided interval (one point = bisection)
-        per = max(1, batch // active.size)
+        # spaced in its undecided interval (one point = bisection); what narrow columns
+        # leave of the round goes to the widest ones
+        widths = (hi[active] - lo[active] + 1).astype(int)
+        ks = np.minimum(max(1, batch // active.size), widths)
+        spare = batch - int(ks.sum())
+        while spare > 0 and (ks < widths).any():
+            i = int(np.argmax(np.where(ks < widths, widths - ks, -1)))
+            ks[i] += 1
+            spare -= 1
         probes = []
-        for i in active:
-            width = int(hi[i] - lo[i] + 1)
-            k = min(per, width)
+        for i, width, k in zip(active, widths, ks):
             ts_i = {int(lo[i] + (j + 1) * width // (k + 1)) for j in range(k)} if k < width else \
                 set(range(int(lo[i]), int(hi[i]) + 1))
             probes += [(int(ps[i]), t) for t in sorted(ts_i)]
