@@ -43,6 +43,16 @@ def test_min_cost_equals_the_exhaustive_grid():
         assert a.evaluations < b.evaluations
 
 
+def test_side_processes_give_the_same_plan(min_cost):
+    # With two jobs the baselines and the confirmations run in other processes, the Splitwise
+    # searches in lockstep here: the answers must not change, and the run must end.
+    par = plan(goal="min-cost", **dict(SMALL, jobs=2))
+    for a in min_cost.designs:
+        b = par.get(a.design)
+        assert (b.status, b.prompt, b.token) == (a.status, a.prompt, a.token)
+        assert b.result.method == "events"
+
+
 def test_min_power_and_gains_text():
     res = plan(goal="min-power", **dict(SMALL, confirm_method="fluid"))
     assert res.winner is not None
