@@ -512,7 +512,8 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
             note = f"rejected by confirmation: {', '.join(rejected)}" if rejected else ""
             if d.is_baseline and req.confirm_method != method:
                 # One pool: the confirm simulator may hold with fewer machines than the search's;
-                # gallop down, then bisect, so the answer is the confirm simulator's optimum.
+                # gallop down (steps 1, 1, 2, 4, ...), then bisect, so the answer is the confirm
+                # simulator's optimum.
                 p_lb = int(np.argmax(space.lower() == 0)) + 1    # the capacity model's lower bound
                 lo_p = max([p_lb - 1] + [q for q, _ in excluded if q < p])   # known to fail at or below
                 step, refined = 1, p
@@ -522,7 +523,8 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                     if not ok2:
                         lo_p = q
                         break
-                    refined, worst, step = q, worst2, step * 2
+                    # one machine at a time first (the search is rarely off by more), then doubling
+                    refined, worst, step = q, worst2, (step * 2 if refined < p else step)
                 while refined - lo_p > 1:
                     q = (refined + lo_p) // 2
                     ok2, worst2, _ = confirm(d.name, (q, 0), req.rps)
