@@ -9,6 +9,7 @@ a prompt-only batch costs ``prompt(sum of prompt tokens)``, a decode-only batch
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,6 +36,7 @@ class PhaseCurve:
         # Slopes and intercepts of each segment, extended at both ends.
         slopes = np.diff(ys) / np.diff(xs)
         object.__setattr__(self, "_slopes", slopes)
+        object.__setattr__(self, "_lists", (xs.tolist(), ys.tolist(), slopes.tolist()))
 
     def __call__(self, x):
         """Evaluate at ``x`` (scalar or array); numpy-vectorized."""
@@ -43,6 +45,12 @@ class PhaseCurve:
         seg = np.clip(np.searchsorted(xs, x, side="right") - 1, 0, xs.size - 2)
         out = ys[seg] + slopes[seg] * (x - xs[seg])
         return out if out.ndim else float(out)
+
+    def at(self, x: float) -> float:
+        """``self(x)`` for one number in plain Python: the same value, ~20x faster than numpy on a scalar."""
+        xs, ys, slopes = self._lists  # type: ignore[attr-defined]
+        seg = min(max(bisect.bisect_right(xs, x) - 1, 0), len(xs) - 2)
+        return ys[seg] + slopes[seg] * (x - xs[seg])
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,14 @@ class LatencyModel:
             np.where(p <= 0, self.token(d), MIXED_BATCH_FACTOR * self.prompt(p + d)),
         )
         return out if out.ndim else float(out)
+
+    def iteration_time_at(self, prompt_tokens: float, n_decode: float) -> float:
+        """``iteration_time`` of one batch, in plain Python (the discrete-event oracle's hot path)."""
+        if n_decode <= 0:
+            return self.prompt.at(float(prompt_tokens))
+        if prompt_tokens <= 0:
+            return self.token.at(float(n_decode))
+        return MIXED_BATCH_FACTOR * self.prompt.at(float(prompt_tokens + n_decode))
 
     @classmethod
     def from_medians(cls, model: str, hardware: str, tensor_parallel: int,

@@ -332,11 +332,11 @@ class _Sim:
         self._iter_times: dict = {}
 
     def iteration_time(self, lat, n_prompt_tokens, n_decode) -> float:
-        """``lat.iteration_time`` memoized: batches repeat, and a scalar numpy call costs ~10 us."""
+        """``lat.iteration_time`` of one batch, memoized: batches repeat."""
         k = (id(lat), n_prompt_tokens, n_decode)
         v = self._iter_times.get(k)
         if v is None:
-            v = self._iter_times[k] = float(lat.iteration_time(n_prompt_tokens, n_decode))
+            v = self._iter_times[k] = lat.iteration_time_at(n_prompt_tokens, n_decode)
         return v
 
     def push(self, t: float, fn, *args) -> None:
