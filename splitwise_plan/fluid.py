@@ -797,5 +797,7 @@ class _MachineBusy:
         target = a - taken + work               # idle-time coordinate to reach
         k = np.searchsorted(self.idle_at, target, side="left")
         wait = target + self.eff_cum[k] - a - work   # the end lies in the idle gap before batch k
-        out[mask] = wait[np.argsort(order)]
+        back = np.empty_like(wait)
+        back[order] = wait                     # the queries' own order again (a scatter, not a sort)
+        out[mask] = back
         return out
