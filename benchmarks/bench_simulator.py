@@ -90,7 +90,7 @@ class TreeMemory:
     """Samples the summed resident memory of this process and all its descendants (Linux /proc)."""
 
     def __init__(self, every: float = 0.02) -> None:
-        self.every, self.peak_mib = every, float("nan")
+        self.every, self.peak_mib = every, 0.0
         self._stop = threading.Event()
 
     @staticmethod
@@ -118,7 +118,7 @@ class TreeMemory:
         me = os.getpid()
         while not self._stop.is_set():
             kib = sum(self._rss_kib(p) for p in self._tree(me))
-            self.peak_mib = max(0.0 if self.peak_mib != self.peak_mib else self.peak_mib, kib / 1024)
+            self.peak_mib = max(self.peak_mib, kib / 1024)
             self._stop.wait(self.every)
 
     def __enter__(self) -> "TreeMemory":

@@ -167,6 +167,7 @@ class _Run:
             least = np.minimum(ptab_p, ptab_t)
             self.least_prompt = np.minimum.accumulate(least[:, ::-1], axis=1)[:, ::-1].ravel()
             self.broken = np.zeros((len(verdict.slos), self.D), dtype=np.int64)   # requests past each limit
+            self.need = np.array([x[3] for x in verdict.slos])[:, None]           # how many break each SLO
 
     def _hopeless(self, lo: int, hi: int, pq, cols, tau_req=None, pmach=None, dmach=None) -> np.ndarray:
         """Columns among ``cols`` whose SLOs of ``self.verdict`` can no longer all hold, given requests lo..hi.
@@ -190,8 +191,7 @@ class _Run:
             if metric in lb:
                 v = lb[metric] if ref is None else lb[metric] / ref[lo:hi, None]
                 self.broken[k, cols] += (v >= limit).sum(axis=0)
-        need = np.array([x[3] for x in self.verdict.slos])[:, None]
-        return (self.broken[:, cols] >= need).any(axis=0)
+        return (self.broken[:, cols] >= self.need).any(axis=0)
 
     # -- prompt pool ------------------------------------------------------------------
     def _batch_cost(self, tokens, decodes, poff, on_token=None):
@@ -264,7 +264,6 @@ class _Run:
         ttab, K = self.ttab, self.K             # token time by (hardware, on a token machine?, batch size)
         toff = self.toff                        # each design's rows of it
         DM = D * M
-        whole = True                            # no design dropped yet: the loop writes whole rows
         max_pending = cfg.prompt_max_pending_tokens
         mixed_on = cfg.mixed_pool
         last = 0
@@ -379,7 +378,7 @@ class _Run:
             """Drop the overloaded designs from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, rel_mem, rel_dec, rel_flat
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
-            nonlocal q_head, q_n, q_next, ptok, DM, whole, cap, toff, rows_cp
+            nonlocal q_head, q_n, q_next, ptok, DM, cap, toff, rows_cp
             keep = (~dying).nonzero()[0]
             pq.compact(keep)
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
@@ -391,7 +390,6 @@ class _Run:
             ptok, cap, toff = ptok.take(keep, axis=0), cap.take(keep, axis=0), toff[keep]
             rel_flat, rows_cp = rows * M, rows * Cp
             DM = D * M
-            whole = False
             dying = np.zeros(D, dtype=bool)
 
         for i in range(N):
@@ -513,7 +511,7 @@ class _Run:
             tau = ttab.take(toff + (tj >= Cp) * K + nd)
             end = ready + tau * (self.n[i] - 1.0 + self.u[i])
             book(fp, np.where(same, 0.0, self.kv * (s + 1.0)), ready, ft, m, end)   # prompt KV freed after the transfer
-            if whole:
+            if pq.whole:   # no design dropped yet: whole rows
                 tau_req[i] = tau
                 pmach[i] = pj
                 dmach[i] = tj

@@ -405,10 +405,11 @@ class _Confirmer:
                 results.append(search_result)   # the search already ran this exact simulation
                 continue
             if self.pool is not None:
-                job = self._submit(design, pt, rate, s)
+                key = (design, tuple(pt), rate, s)
+                job = self._submit(*key)
                 with self.lockstep.away():   # the other searches go on meanwhile
                     if self.lockstep.idle() and job.cancel():   # not started, and nothing else runs here
-                        job = self._jobs[(design, tuple(pt), rate, s)] = Future()
+                        job = self._jobs[key] = Future()
                         job.set_result(self._sim(rate, s).run(design, *pt))
                     results.append(job.result())
             else:
@@ -451,17 +452,18 @@ def _no_simulation(points):
 # --- iso-throughput ------------------------------------------------------------------
 
 def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockstep: Lockstep | None = None,
-              pool=None) -> DesignPlan:
+              pool=None, sim: Simulator | None = None) -> DesignPlan:
     """The best machine counts of ``design`` at the goal's rate: search, then confirm.
 
     In a ``lockstep`` the search's simulations run batched with other designs' (see
-    :func:`_plan_group`); a ``pool`` then runs its confirmations.
+    :func:`_plan_group`); a ``pool`` then runs its confirmations. ``sim``: the search's
+    simulator at the goal's rate, if the caller has one.
     """
     t0 = time.perf_counter()
     d = get_design(design)
     rate = req.rps if req.rps is not None else inputs.trace.rate
-    stream = inputs.stream(req.rps, req.seed)
-    sim = inputs.simulator(stream, method, search=True)
+    if sim is None:
+        sim = inputs.simulator(inputs.stream(req.rps, req.seed), method, search=True)
     cm = capacity_model(sim, d)
     p_max, t_max = _limits(req, d, rate)
     up, ut = _units(inputs, d)
@@ -753,13 +755,13 @@ def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=Non
     import queue
     import threading
 
-    stream = inputs.stream(req.rps, req.seed)
-    lockstep = Lockstep(inputs.simulator(stream, method, search=True).run_points)
+    sim = inputs.simulator(inputs.stream(req.rps, req.seed), method, search=True)
+    lockstep = Lockstep(sim.run_points)
     done: queue.Queue = queue.Queue()
 
     def work(name):
         try:
-            done.put(_plan_iso(inputs, req, name, method, lockstep, pool))
+            done.put(_plan_iso(inputs, req, name, method, lockstep, pool, sim))
         except BaseException as exc:   # reported in the calling thread
             done.put(exc)
         finally:
@@ -835,7 +837,6 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
         else:
             for g in groups:
                 _plan_group(inputs, sub, g, method, None, collect)
-        plans = ()
     elif jobs > 1:
         from joblib import Parallel, delayed
         sub = replace(req, jobs=1)
@@ -843,11 +844,11 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
             par = Parallel(n_jobs=jobs, prefer="processes", batch_size=1, return_as="generator_unordered")
         except (TypeError, ValueError):
             par = Parallel(n_jobs=jobs, prefer="processes", batch_size=1)
-        plans = par(delayed(_plan_one)(inputs, sub, n, method) for n in order)
+        for p in par(delayed(_plan_one)(inputs, sub, n, method) for n in order):
+            collect(p)
     else:
-        plans = (_plan_one(inputs, req, n, method) for n in order)
-    for p in plans:
-        collect(p)
+        for n in order:
+            collect(_plan_one(inputs, req, n, method))
     ranked = tuple(sorted((by_name[n] for n in req.designs), key=_rank_key(req.goal)))
     winner = ranked[0] if ranked and ranked[0].status == "ok" else None
     return PlanResult(req, ranked, winner.design if winner else None, _gains(ranked, winner, req.goal),
