@@ -12,7 +12,8 @@ more than one. Per design it keeps:
   pending prompt tokens, and its role: prompt pool, token pool or mixed pool. Routing
   follows the reference's cluster-level rules (JSQ on pending prompt tokens plus booked
   decodes, long prompt queues borrow token machines, full token machines borrow prompt
-  machines, borrowed machines go home when empty);
+  machines, borrowed machines go home once nothing runs on them, though decodes routed there
+  may still be on their way);
 - decoding as ``output - 1`` iterations of the token-phase time at its machine's batch
   size, plus part of an iteration to join a running batch, after the KV transfer;
 - mixed batches as the machine-level scheduler builds them: prompts first, then the
@@ -42,6 +43,7 @@ _RING_S = 0.25         # time resolution of the per-machine release ring
 _RING = 512            # buckets in the ring: releases up to 128 s ahead
 _PENDING = 16          # prompts remembered per machine for JSQ and the queue-length rule
 _POSTPONE = 64         # buckets after a prompt batch whose releases it postpones (16 s)
+_INBOUND = 256         # buckets of the ring of decode starts: up to 64 s ahead
 _PROMPT, _TOKEN, _MIXED, _ABSENT = 0, 1, 2, 3   # machine roles
 CHUNK = 256           # designs simulated together (memory grows with designs x requests)
 _DECODE_SLOTS = 16      # decodes tracked per baseline machine at first (doubled whenever all are busy)
@@ -224,7 +226,8 @@ class _Run:
         prompt pool's least-loaded machine unless its queue is long, then to the mixed
         pool, then borrows a token machine; a decode goes to the token machine with the
         least booked memory that fits, then to the mixed pool, then borrows a prompt
-        machine. Borrowed machines return to their pool once they have nothing booked.
+        machine. Borrowed machines return to their pool once nothing runs on them (decodes
+        booked there whose prompt or KV transfer is still running do not hold them).
         Prompt batches on any machine delay the decodes running there (``_MachineBusy``).
         """
         D, N = self.D, len(self.a)
@@ -242,9 +245,14 @@ class _Run:
         smem = np.zeros((D, M))                 # booked KV bytes (the reference's sched_memory)
         ndec = np.zeros((D, M))                 # booked decodes
         L = _RING
-        rel_mem = np.zeros((L, D, M), dtype=np.float32)   # releases by time bucket
-        rel_dec = np.zeros((L, D, M), dtype=np.float32)
-        rel_flat = rows * M                     # + machine, + bucket * D * M: flat ring index
+        # releases by time bucket, (memory, decodes) side by side; a machine's ring is contiguous,
+        # so moving its releases later touches one stretch of memory
+        ring = np.zeros((D, M, L, 2), dtype=np.float32)
+        rel_flat = rows * M                     # + machine: flat (design, machine) index
+        # booked decodes not yet started (prompt or KV transfer still running): they do not keep
+        # a borrowed machine in the mixed pool (the reference frees it once nothing runs there)
+        inbound = np.zeros((D, M))
+        starts = np.zeros((D, M, _INBOUND), dtype=np.int16)   # their starts by time bucket
         rows_cp = rows * Cp                     # + machine: flat index into the prompt pool's columns
         R = _PENDING
         q_end = np.zeros((D * M, R))            # the last prompts queued on each machine
@@ -263,7 +271,6 @@ class _Run:
         dying = np.zeros(D, dtype=bool)
         ttab, K = self.ttab, self.K             # token time by (hardware, on a token machine?, batch size)
         toff = self.toff                        # each design's rows of it
-        DM = D * M
         max_pending = cfg.prompt_max_pending_tokens
         mixed_on = cfg.mixed_pool
         last = 0
@@ -346,50 +353,57 @@ class _Run:
             f = np.concatenate((fp, ft))
             amount = np.concatenate((sent, np.full(D, m)))
             # released at the bucket boundary nearest the time (not up to a bucket late)
-            b = np.minimum(np.maximum(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last), last + L - 1) % L
+            b = np.minimum(np.maximum(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last), last + L - 1)
+            inbound.ravel()[ft] += 1.0
+            starts.ravel()[ft * _INBOUND + np.minimum(b[:D], last + _INBOUND - 1) % _INBOUND] += 1
+            b %= L
             smem.ravel()[f] += amount
             tkey.ravel()[f] += amount
-            rel_mem.ravel()[b * DM + f] += amount
+            at = (f * L + b) * 2
+            flat = ring.ravel()
+            flat[at] += amount
             ndec.ravel()[ft] += 1.0
             pkey.ravel()[ft] += 1.0
-            rel_dec.ravel()[b[D:] * DM + ft] += 1.0
+            flat[at[D:] + 1] += 1.0
 
         def postpone(rr, jj, start, loss):
             """Move the releases booked on machines ``jj`` of designs ``rr`` in the ``_POSTPONE``
             buckets after ``start`` later by ``loss`` seconds (farther ones stay where they are)."""
             shift = np.rint(loss / _RING_S).astype(np.int64)
-            S = _POSTPONE + int(shift.max())
             first = np.maximum((start / _RING_S).astype(np.int64) + 1, last)
-            inside = first + S <= last + L          # else the batch is over 100 s ahead: leave it
+            inside = first + _POSTPONE + shift <= last + L   # else the batch is over 100 s ahead: leave it
             if not inside.all():
                 rr, jj, shift, first = rr[inside], jj[inside], shift[inside], first[inside]
-            pos = np.arange(S)[None, :]
-            fi = (first[:, None] + pos) % L * DM + (rr * M + jj)[:, None]
-            shift = shift[:, None]
-            src = np.maximum(pos - shift, 0)
-            lands = (pos >= shift) & (pos - shift < _POSTPONE)
-            stays = pos >= _POSTPONE
-            for ring in (rel_mem, rel_dec):
-                vals = ring.take(fi)
-                moved = np.where(lands, np.take_along_axis(vals, src, axis=1), 0.0) + np.where(stays, vals, 0.0)
-                np.put(ring, fi, moved)
+            # the window holds few releases (one a decode): move only the buckets that hold any
+            # (a decode's memory and its count are released together, so memory marks them all)
+            f = (rr * M + jj) * (2 * L)
+            fi = f[:, None] + (first[:, None] + np.arange(_POSTPONE)[None, :]) % L * 2
+            flat = ring.ravel()
+            k, pos = flat.take(fi).nonzero()
+            if not k.size:
+                return
+            src = fi[k, pos]
+            dst = f[k] + (first[k] + pos + shift[k]) % L * 2   # distinct: one shift per machine
+            for c in (0, 1):
+                vals = flat[src + c]
+                flat[src + c] = 0.0
+                flat[dst + c] += vals
 
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
-            nonlocal D, rows, W, act, home, role, absent, smem, ndec, rel_mem, rel_dec, rel_flat
+            nonlocal D, rows, W, act, home, role, absent, smem, ndec, ring, rel_flat, inbound, starts
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
-            nonlocal q_head, q_n, q_next, ptok, DM, cap, toff, rows_cp
+            nonlocal q_head, q_n, q_next, ptok, cap, toff, rows_cp
             keep = (~dying).nonzero()[0]
             pq.compact(keep)
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
             home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey = (
                 x.take(keep, axis=0) for x in (home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey))
-            rel_mem, rel_dec = (x.take(keep, axis=1) for x in (rel_mem, rel_dec))   # contiguous: book() writes flat views
+            ring, inbound, starts = (x.take(keep, axis=0) for x in (ring, inbound, starts))   # contiguous: book() writes flat views
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
             q_head, q_n, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel() for x in (q_head, q_n, q_next))
             ptok, cap, toff = ptok.take(keep, axis=0), cap.take(keep, axis=0), toff[keep]
             rel_flat, rows_cp = rows * M, rows * Cp
-            DM = D * M
             dying = np.zeros(D, dtype=bool)
 
         for i in range(N):
@@ -409,13 +423,17 @@ class _Run:
             cur = int(t / _RING_S)
             if cur > last:
                 for k in range(last, min(cur, last + L)):
-                    smem -= rel_mem[k % L]
-                    ndec -= rel_dec[k % L]
-                    rel_mem[k % L] = 0.0
-                    rel_dec[k % L] = 0.0
+                    due = ring[:, :, k % L]
+                    smem -= due[..., 0]
+                    ndec -= due[..., 1]
+                    due[...] = 0.0
+                    if k < last + _INBOUND:
+                        began = starts[:, :, k % _INBOUND]
+                        inbound -= began
+                        began[...] = 0
                 last = cur
-                if mixed_on and any_mixed:   # a borrowed machine goes home once nothing is booked on it
-                    idle = (role == _MIXED) & (ndec < 0.5) & (W <= t)
+                if mixed_on and any_mixed:   # a borrowed machine goes home once nothing runs on it
+                    idle = (role == _MIXED) & (ndec - inbound < 0.5) & (W <= t)
                     if idle.any():
                         role = np.where(idle, home, role)
                         pen_p, pen_t, pen_m = penalties()
@@ -519,7 +537,7 @@ class _Run:
                 tau_req[i, act] = tau
                 pmach[i, act] = pj
                 dmach[i, act] = tj
-        rel_mem = rel_dec = q_end = q_tok = None   # the loop's state: free it before the per-request work
+        ring = starts = q_end = q_tok = None   # the loop's state: free it before the per-request work
         ttft = pq.ttft()
         t1 = self.a[:, None] + ttft + np.where(pmach == dmach, 0.0, self.xfer[:, None])
         base = tau_req * (self.n[:, None] - 1.0 + self.u[:, None])
