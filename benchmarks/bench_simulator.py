@@ -2,9 +2,10 @@
 
     python benchmarks/bench_simulator.py [--events]
 
-Reads the reference results from ../shared (skips that part when absent); compares the
-fluid model with the discrete-event oracle on 72 varied points (about 40 s); times a
-batch and the Splitwise-HH 39x39 sweep. ``--events`` also runs the oracle on all 75
+Reads the reference results from ../shared (skips that part when absent) and plans the
+reference's trace (the fluid search, answers confirmed by the oracle); compares the fluid
+model with the discrete-event oracle on 72 varied points per model (about 2 minutes);
+times a batch and the Splitwise-HH 39x39 sweep. ``--events`` also runs the oracle on all 75
 reference rows.
 """
 
@@ -61,29 +62,56 @@ def fidelity(method: str) -> None:
     print(f"[fidelity:{method}] {len(table)} rows in {wall:.1f} s")
 
 
+# machine counts near each design's cheapest passing size at 70 req/s of coding, per model;
+# the points scale them with the rate (0.9x, 1x and 1.1x the prompt pool)
+NEAR = {"bloom-176b": {"HH": (24, 5), "HHcap": (24, 5), "HA": (26, 6), "AA": (55, 7), "H100": (52, 0), "A100": (118, 0)},
+        "llama2-70b": {"HH": (17, 1), "HHcap": (17, 1), "HA": (16, 2), "AA": (33, 3), "H100": (34, 0), "A100": (82, 0)}}
+RATES = {"bloom-176b": (30.0, 70.0), "llama2-70b": (40.0, 120.0)}
+
+
 def oracle_agreement() -> None:
-    """The fluid model against the discrete-event oracle: varied designs, rates and both workloads."""
-    # counts around each design's boundary at 70 req/s (coding), scaled with the rate
-    near = {"HH": (24, 5), "HHcap": (24, 5), "HA": (26, 6), "AA": (55, 7), "H100": (52, 0), "A100": (118, 0)}
-    agree = total = 0
-    errs = []
+    """The fluid model against the discrete-event oracle: both models, varied designs, rates and both workloads."""
+    for model, near in NEAR.items():
+        agree = total = 0
+        errs = []
+        t0 = time.perf_counter()
+        for workload in ("coding", "conversation"):
+            for rate in RATES[model]:
+                stream = load_workload(workload).generate(rate, duration_s=60.0, seed=7)
+                fluid = Simulator(stream, model=model, method="fluid")
+                events = Simulator(stream, model=model, method="events")
+                for design, (p, t) in near.items():
+                    pts = [(max(1, round(p * rate / 70 * k)), max(0 if t == 0 else 1, round(t * rate / 70)))
+                           for k in (0.9, 1.0, 1.1)]
+                    for f, o in zip(fluid.run_many(design, pts), events.run_many(design, pts)):
+                        total += 1
+                        agree += f.slo_met == o.slo_met
+                        if not o.overloaded and np.isfinite(_raw(o)).all():
+                            errs.append(np.median(np.abs(_raw(f) / _raw(o) - 1)))
+        rates = " and ".join(f"{r:g}" for r in RATES[model])
+        print(f"[oracle] {model}: fluid vs discrete-event oracle, {total} points (6 designs x 3 sizes x {rates} req/s x "
+              f"coding and conversation, 60 s streams): pass/fail agreement {agree}/{total} = {agree / total:.1%}, "
+              f"median relative error of the nine raw percentiles {np.median(errs):.1%} "
+              f"({time.perf_counter() - t0:.0f} s)")
+
+
+def planner_answers() -> None:
+    """The product's answer on the reference's trace: the fluid search, every answer confirmed by the oracle."""
+    base = SHARED / "data" / "splitwise-sim"
+    if not (base / "reference_results_calibration.csv").is_file():
+        print(f"[planner] skipped: no reference data under {base}")
+        return
+    from splitwise_plan.planner import PlanRequest, plan
+    table = pd.read_csv(base / "reference_results_calibration.csv")
     t0 = time.perf_counter()
-    for workload in ("coding", "conversation"):
-        for rate in (30.0, 70.0):
-            stream = load_workload(workload).generate(rate, duration_s=60.0, seed=7)
-            fluid, events = Simulator(stream, method="fluid"), Simulator(stream, method="events")
-            for design, (p, t) in near.items():
-                pts = [(max(1, round(p * rate / 70 * k)), max(0 if t == 0 else 1, round(t * rate / 70)))
-                       for k in (0.9, 1.0, 1.1)]
-                for f, o in zip(fluid.run_many(design, pts), events.run_many(design, pts)):
-                    total += 1
-                    agree += f.slo_met == o.slo_met
-                    if not o.overloaded and np.isfinite(_raw(o)).all():
-                        errs.append(np.median(np.abs(_raw(f) / _raw(o) - 1)))
-    print(f"[oracle] fluid vs discrete-event oracle, {total} points (6 designs x 3 sizes x 30 and 70 req/s x "
-          f"coding and conversation, 60 s streams): pass/fail agreement {agree}/{total} = {agree / total:.1%}, "
-          f"median relative error of the nine raw percentiles {np.median(errs):.1%} "
-          f"({time.perf_counter() - t0:.0f} s)")
+    res = plan(PlanRequest(goal="min-cost", trace=str(base / "rr_code_70_2min.csv"), designs=("HH", "H100", "A100")))
+    wall = time.perf_counter() - t0
+    for system, g in table.groupby("system", sort=False):
+        ref_cost = g[g.all_slos_met].cost.min()
+        p = res.get(system)
+        print(f"[planner] cheapest passing {system}: reference cost {ref_cost:.2f}, the planner's {p.cost:.2f} "
+              f"({p.prompt}+{p.token}; {'same' if abs(p.cost - ref_cost) < 1e-6 else 'differs'})")
+    print(f"[planner] splitwise-plan --goal min-cost --trace rr_code_70_2min.csv --designs HH,H100,A100: {wall:.1f} s")
 
 
 class TreeMemory:
@@ -172,6 +200,7 @@ if __name__ == "__main__":
     fidelity("fluid")
     if args.events:
         fidelity("events")
+    planner_answers()
     oracle_agreement()
     speed()
     sys.exit(0)
