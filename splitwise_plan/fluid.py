@@ -44,6 +44,7 @@ _RING = 512            # buckets in the ring: releases up to 128 s ahead
 _PENDING = 16          # prompts remembered per machine for JSQ and the queue-length rule
 _POSTPONE = 64         # buckets after a prompt batch whose releases it postpones (16 s)
 _INBOUND = 256         # buckets of the ring of decode starts: up to 64 s ahead
+_BLOCK = 8             # buckets a machine keeps side by side in its rings (a block of 2 s)
 _PROMPT, _TOKEN, _MIXED, _ABSENT = 0, 1, 2, 3   # machine roles
 CHUNK = 256           # designs simulated together (memory grows with designs x requests)
 _DECODE_SLOTS = 16      # decodes tracked per baseline machine at first (doubled whenever all are busy)
@@ -245,14 +246,16 @@ class _Run:
         smem = np.zeros((D, M))                 # booked KV bytes (the reference's sched_memory)
         ndec = np.zeros((D, M))                 # booked decodes
         L = _RING
-        # releases by time bucket, (memory, decodes) side by side; a machine's ring is contiguous,
-        # so moving its releases later touches one stretch of memory
-        ring = np.zeros((D, M, L, 2), dtype=np.float32)
+        # releases by time bucket, (memory, decodes) side by side, in blocks of _BLOCK buckets a
+        # machine: releasing a bucket of every machine reads memory in order, and moving a
+        # machine's releases later touches a few blocks
+        B = _BLOCK
+        ring = np.zeros((L // B, D, M, B, 2), dtype=np.float32)
         rel_flat = rows * M                     # + machine: flat (design, machine) index
         # booked decodes not yet started (prompt or KV transfer still running): they do not keep
         # a borrowed machine in the mixed pool (the reference frees it once nothing runs there)
         inbound = np.zeros((D, M))
-        starts = np.zeros((D, M, _INBOUND), dtype=np.int16)   # their starts by time bucket
+        starts = np.zeros((_INBOUND // B, D, M, B), dtype=np.int16)   # their starts by time bucket
         rows_cp = rows * Cp                     # + machine: flat index into the prompt pool's columns
         R = _PENDING
         q_end = np.zeros((D * M, R))            # the last prompts queued on each machine
@@ -271,6 +274,12 @@ class _Run:
         dying = np.zeros(D, dtype=bool)
         ttab, K = self.ttab, self.K             # token time by (hardware, on a token machine?, batch size)
         toff = self.toff                        # each design's rows of it
+        DM = D * M
+
+        def at(b, f, n):
+            """Flat index of bucket ``b`` (any integer) of flat machine ``f`` in a blocked ring of ``n`` buckets."""
+            b = b % n
+            return (b // B * DM + f) * B + b % B
         max_pending = cfg.prompt_max_pending_tokens
         mixed_on = cfg.mixed_pool
         last = 0
@@ -355,16 +364,15 @@ class _Run:
             # released at the bucket boundary nearest the time (not up to a bucket late)
             b = np.minimum(np.maximum(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last), last + L - 1)
             inbound.ravel()[ft] += 1.0
-            starts.ravel()[ft * _INBOUND + np.minimum(b[:D], last + _INBOUND - 1) % _INBOUND] += 1
-            b %= L
+            starts.ravel()[at(np.minimum(b[:D], last + _INBOUND - 1), ft, _INBOUND)] += 1
             smem.ravel()[f] += amount
             tkey.ravel()[f] += amount
-            at = (f * L + b) * 2
+            x = at(b, f, L) * 2
             flat = ring.ravel()
-            flat[at] += amount
+            flat[x] += amount
             ndec.ravel()[ft] += 1.0
             pkey.ravel()[ft] += 1.0
-            flat[at[D:] + 1] += 1.0
+            flat[x[D:] + 1] += 1.0
 
         def postpone(rr, jj, start, loss):
             """Move the releases booked on machines ``jj`` of designs ``rr`` in the ``_POSTPONE``
@@ -376,14 +384,14 @@ class _Run:
                 rr, jj, shift, first = rr[inside], jj[inside], shift[inside], first[inside]
             # the window holds few releases (one a decode): move only the buckets that hold any
             # (a decode's memory and its count are released together, so memory marks them all)
-            f = (rr * M + jj) * (2 * L)
-            fi = f[:, None] + (first[:, None] + np.arange(_POSTPONE)[None, :]) % L * 2
+            f = rr * M + jj
+            fi = at(first[:, None] + np.arange(_POSTPONE)[None, :], f[:, None], L) * 2
             flat = ring.ravel()
             k, pos = flat.take(fi).nonzero()
             if not k.size:
                 return
             src = fi[k, pos]
-            dst = f[k] + (first[k] + pos + shift[k]) % L * 2   # distinct: one shift per machine
+            dst = at(first[k] + pos + shift[k], f[k], L) * 2   # distinct: one shift per machine
             for c in (0, 1):
                 vals = flat[src + c]
                 flat[src + c] = 0.0
@@ -393,17 +401,19 @@ class _Run:
             """Drop the overloaded designs from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, ring, rel_flat, inbound, starts
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
-            nonlocal q_head, q_n, q_next, ptok, cap, toff, rows_cp
+            nonlocal q_head, q_n, q_next, ptok, cap, toff, rows_cp, DM
             keep = (~dying).nonzero()[0]
             pq.compact(keep)
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
             home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey = (
                 x.take(keep, axis=0) for x in (home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey))
-            ring, inbound, starts = (x.take(keep, axis=0) for x in (ring, inbound, starts))   # contiguous: book() writes flat views
+            inbound = inbound.take(keep, axis=0)
+            ring, starts = (x.take(keep, axis=1) for x in (ring, starts))   # contiguous: book() writes flat views
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
             q_head, q_n, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel() for x in (q_head, q_n, q_next))
             ptok, cap, toff = ptok.take(keep, axis=0), cap.take(keep, axis=0), toff[keep]
             rel_flat, rows_cp = rows * M, rows * Cp
+            DM = D * M
             dying = np.zeros(D, dtype=bool)
 
         for i in range(N):
@@ -423,14 +433,15 @@ class _Run:
             cur = int(t / _RING_S)
             if cur > last:
                 for k in range(last, min(cur, last + L)):
-                    due = ring[:, :, k % L]
+                    due = ring[k % L // B, :, :, k % B]
                     smem -= due[..., 0]
                     ndec -= due[..., 1]
                     due[...] = 0.0
                     if k < last + _INBOUND:
-                        began = starts[:, :, k % _INBOUND]
+                        began = starts[k % _INBOUND // B, :, :, k % B]
                         inbound -= began
                         began[...] = 0
+                due = began = None                # views: compaction must be able to free the rings
                 last = cur
                 if mixed_on and any_mixed:   # a borrowed machine goes home once nothing runs on it
                     idle = (role == _MIXED) & (ndec - inbound < 0.5) & (W <= t)
