@@ -557,6 +557,8 @@ def _ratio(r) -> float:
 
 # --- iso-cost / iso-power: max throughput ---------------------------------------------
 
+_TRIES_PER_RATE = 2   # budget points the confirm simulator may reject at one rate before it counts as failed
+
 def budget_points(inputs: Inputs, d: Design, kind: str, budget: float, p_max: int, t_max: int) -> list:
     """The maximal (prompt, token) counts within the budget (every other point is dominated)."""
     up, ut = _units(inputs, d)
@@ -633,8 +635,11 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
             hi_k = mid
     confirm = _Confirmer(inputs, req, method)
 
+    refused: dict = {}          # rate step -> points the confirm simulator rejected there
+
     def best_at(k: int):
-        """The passing budget point with the most headroom at rate k * tol (search method), or None."""
+        """The passing budget point with the most headroom at rate k * tol (search method) that
+        the confirm simulator has not rejected, or None."""
         nonlocal evals
         rate = k * tol
         if rate not in cache:
@@ -644,11 +649,20 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         if rest:   # see every candidate at this rate to pick the one with most headroom
             ev(rest)
             evals += len(rest)
-        passing = sorted((p for p in cand if ev.ok(ev.cache[p])), key=lambda p: _ratio(ev.cache[p]))
+        passing = sorted((p for p in cand if ev.ok(ev.cache[p]) and p not in refused.get(k, ())),
+                         key=lambda p: _ratio(ev.cache[p]))
         return (passing[0], ev.cache[passing[0]]) if passing else (None, None)
 
+    def refuse(k: int, pt) -> bool:
+        """Record a rejected point; True once the rate has had its tries (then it counts as failed):
+        the search method's second choice at a rate often holds where its first did not."""
+        refused.setdefault(k, set()).add(pt)
+        rejected.append(f"{k * tol:g} req/s {pt[0]}+{pt[1]}")
+        return len(refused[k]) >= _TRIES_PER_RATE
+
     # The confirm simulator may hold less than the search simulator: gallop down from the
-    # search's rate until a confirmation passes, then bisect up between the two.
+    # search's rate until a confirmation passes, then bisect up between the two. A rate
+    # fails once the confirm simulator has rejected _TRIES_PER_RATE designs there.
     attempts, step = 0, 1
     good = None                 # (k, point, worst result)
     bad_k = lo_k + 1 if lo_k > 0 else 0
@@ -664,10 +678,10 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         if ok:
             good = (k, pt, worst)
             break
-        rejected.append(f"{k * tol:g} req/s {pt[0]}+{pt[1]}")
-        bad_k = k
-        k = max(0, k - step)
-        step *= 2
+        if refuse(k, pt):
+            bad_k = k
+            k = max(0, k - step)
+            step *= 2
     while good is not None and bad_k - good[0] > 1 and attempts < req.max_confirm:
         k = (good[0] + bad_k) // 2
         pt, res = best_at(k)
@@ -678,8 +692,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         attempts += 1
         if ok:
             good = (k, pt, worst)
-        else:
-            rejected.append(f"{k * tol:g} req/s {pt[0]}+{pt[1]}")
+        elif refuse(k, pt):
             bad_k = k
     if good is not None:
         k, pt, worst = good

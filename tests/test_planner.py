@@ -7,6 +7,7 @@ import pytest
 from splitwise_plan import PlanRequest, plan
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan import planner
 from splitwise_plan.planner import budget_points, gain_text, DesignPlan, Inputs
 
 SMALL = dict(rps=10, duration=20, designs="HH,H100", jobs=1,
@@ -78,6 +79,27 @@ def test_max_throughput_within_a_power_budget():
         assert d.rate > 0
         assert d.power <= 6 * 44.0 + 1e-9
     assert res.winner == max(res.designs, key=lambda d: d.rate).design
+
+
+def test_max_throughput_tries_the_next_design_at_a_rate_before_lowering_it(monkeypatch):
+    # When the confirm simulator rejects the search's first choice at a rate, another design
+    # within the budget that the search passes there is tried before the rate is lowered
+    # (within 40xH100 the oracle once rejected Splitwise-HA 37+5 at 100.5 req/s while 38+3
+    # held, and the plan fell to 98 req/s). Here the confirmer rejects the first design it sees.
+    calls = []
+
+    def confirm(self, design, pt, rate, search_result=None):
+        calls.append((rate, pt))
+        return len(calls) > 1, search_result, None
+
+    monkeypatch.setattr(planner._Confirmer, "__call__", confirm)
+    res = plan(goal="max-throughput", budget_power="12xH100", designs="HH", duration=10, jobs=1,
+               rate_tol=1.0, search_method="fluid")
+    d = res.get("HH")
+    (rate0, first), (rate1, second) = calls
+    assert rate1 == rate0 == d.rate and second != first
+    assert (d.prompt, d.token) == second
+    assert f"{rate0:g} req/s {first[0]}+{first[1]}" in d.note
 
 
 def test_budget_points_are_the_maximal_designs():
