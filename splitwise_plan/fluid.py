@@ -280,6 +280,7 @@ class _Run:
             """Flat index of bucket ``b`` (any integer) of flat machine ``f`` in a blocked ring of ``n`` buckets."""
             b = b % n
             return (b // B * DM + f) * B + b % B
+
         max_pending = cfg.prompt_max_pending_tokens
         mixed_on = cfg.mixed_pool
         last = 0

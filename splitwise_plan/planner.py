@@ -559,6 +559,7 @@ def _ratio(r) -> float:
 
 _TRIES_PER_RATE = 2   # budget points the confirm simulator may reject at one rate before it counts as failed
 
+
 def budget_points(inputs: Inputs, d: Design, kind: str, budget: float, p_max: int, t_max: int) -> list:
     """The maximal (prompt, token) counts within the budget (every other point is dominated)."""
     up, ut = _units(inputs, d)
