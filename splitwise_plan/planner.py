@@ -505,8 +505,9 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
             status = "unconfirmed" if excluded else "infeasible"
             return DesignPlan(status=status, evaluations=ev.evaluations, confirmations=confirm.runs,
                               seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate), **base)
-        if req.strategy == "frontier":
-            # should this one fail, the search's next answer is already being confirmed
+        if req.strategy == "frontier" and (os.cpu_count() or 1) > 2:
+            # with a core to spare: should this one fail, the search's next answer is already
+            # being confirmed (on two cores both are busy, and the guess only slows the searches)
             confirm.lookahead(ev, space, d.name, req.rps, excluded, sr.best, 1, batch)
         ok, worst, _ = confirm(d.name, sr.best, req.rps, ev.cache.get(sr.best))
         if ok:

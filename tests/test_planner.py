@@ -44,9 +44,12 @@ def test_min_cost_equals_the_exhaustive_grid():
         assert a.evaluations < b.evaluations
 
 
-def test_side_processes_give_the_same_plan(min_cost):
+@pytest.mark.parametrize("cores", [2, 4])
+def test_side_processes_give_the_same_plan(min_cost, cores, monkeypatch):
     # With two jobs the baselines and the confirmations run in other processes, the Splitwise
-    # searches in lockstep here: the answers must not change, and the run must end.
+    # searches in lockstep here (with more than two cores the next candidates' confirmations
+    # also start ahead): the answers must not change, and the run must end.
+    monkeypatch.setattr(planner.os, "cpu_count", lambda: cores)
     par = plan(goal="min-cost", **dict(SMALL, jobs=2))
     for a in min_cost.designs:
         b = par.get(a.design)
