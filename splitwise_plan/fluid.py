@@ -40,7 +40,7 @@ from .cluster import Cluster
 from .latency_model import MIXED_BATCH_FACTOR
 
 _RING_S = 0.25         # time resolution of the per-machine release ring
-_RING = 512            # buckets in the ring: releases up to 128 s ahead
+_RING = 512            # buckets in the ring at most: releases up to 128 s ahead (see _Run.ring_buckets)
 _PENDING = 16          # prompts remembered per machine for JSQ and the queue-length rule
 _POSTPONE = 64         # buckets after a prompt batch whose releases it postpones (16 s)
 _INBOUND = 256         # buckets of the ring of decode starts: up to 64 s ahead
@@ -172,6 +172,19 @@ class _Run:
             self.broken = np.zeros((len(verdict.slos), self.D), dtype=np.int64)   # requests past each limit
             self.need = np.array([x[3] for x in verdict.slos])[:, None]           # how many break each SLO
 
+    def ring_buckets(self) -> int:
+        """Buckets of the release ring: enough for the longest a request can hold memory, from its
+        routing to its last token (the overload wait, its KV transfer and the longest output at
+        the slowest full-batch token time, with a quarter more for prompt batches that delay it),
+        at most ``_RING``; a shorter ring is a smaller loop state."""
+        if not math.isfinite(self.overload_s):
+            return _RING
+        tau = self.ttab.reshape(-1, self.K)[:, min(self.cfg.max_batch_size, self.K - 1)].max()
+        longest = self.overload_s + float(self.xfer.max()) + 1.25 * float(self.n.max()) * float(tau)
+        # and a prompt batch up to the overload wait ahead must still find its postpone window
+        buckets = max(longest, self.overload_s + (_POSTPONE + _BLOCK) * _RING_S) / _RING_S
+        return int(min(_RING, _BLOCK * math.ceil(buckets / _BLOCK)))
+
     def _hopeless(self, lo: int, hi: int, pq, cols, tau_req=None, pmach=None, dmach=None) -> np.ndarray:
         """Columns among ``cols`` whose SLOs of ``self.verdict`` can no longer all hold, given requests lo..hi.
 
@@ -245,7 +258,7 @@ class _Run:
         cap = np.where(on_token_col, self.cap_t[:, None], self.cap_p[:, None])   # KV bytes each machine holds
         smem = np.zeros((D, M))                 # booked KV bytes (the reference's sched_memory)
         ndec = np.zeros((D, M))                 # booked decodes
-        L = _RING
+        L = self.ring_buckets()
         # releases by time bucket, (memory, decodes) side by side, in blocks of _BLOCK buckets a
         # machine: releasing a bucket of every machine reads memory in order, and moving a
         # machine's releases later touches a few blocks
