@@ -399,7 +399,11 @@ def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool 
              batch: int | None = None, label: str = "sweep", jobs: int = 1) -> list:
     """Evaluate design points in batches with ``run_many`` (each over ``jobs`` processes), with a progress bar."""
     jobs = max(1, jobs)
-    size = batch or ((256 if sim.method == "fluid" else 1) * jobs)
+    size = batch
+    if size is None and sim.method == "fluid":   # a fluid pass per worker holds up to CHUNK designs
+        from .fluid import CHUNK
+        size = CHUNK * jobs
+    size = size or jobs                          # the oracle runs them one by one
     results = []
     with progress(len(points), f"{label} {design.name} ({sim.method})", quiet=quiet) as bar:
         for i in range(0, len(points), size):

@@ -185,28 +185,24 @@ class _Run:
         buckets = max(longest, self.overload_s + (_POSTPONE + _BLOCK) * _RING_S) / _RING_S
         return int(min(_RING, _BLOCK * math.ceil(buckets / _BLOCK)))
 
-    def _hopeless(self, lo: int, hi: int, pq, cols, tau_req=None, pmach=None, dmach=None) -> np.ndarray:
+    def _hopeless(self, lo: int, hi: int, pq, cols, tau_req, pmach, dmach) -> np.ndarray:
         """Columns among ``cols`` whose SLOs of ``self.verdict`` can no longer all hold, given requests lo..hi.
 
         Lower bounds of each request's latencies, which the rest of the run only lengthens:
         TTFT from its batch start (fixed once set) plus the least time of its own prompt;
-        on Splitwise pools (``tau_req`` given) TBT and E2E add the KV transfer (unless the
-        prompt and token machines are one) and its undelayed decode iterations.
+        TBT and E2E add the KV transfer (unless the prompt and token machines are one) and
+        its undelayed decode iterations.
         """
         c = cols[None, :]
         start = pq.bstart[pq.rb[lo:hi][:, cols], c]
         ttft = start - self.a[lo:hi, None] + self.least_prompt.take(
             self.poff[cols][None, :] + self.s[lo:hi].astype(np.int64)[:, None])
-        lb = {"ttft": ttft}
-        if tau_req is not None:
-            dec = (tau_req[lo:hi][:, cols] * (self.n[lo:hi, None] - 1.0 + self.u[lo:hi, None])
-                   + np.where(pmach[lo:hi][:, cols] == dmach[lo:hi][:, cols], 0.0, self.xfer[lo:hi, None]))
-            lb["tbt"] = dec / self.n[lo:hi, None]
-            lb["e2e"] = ttft + dec
+        dec = (tau_req[lo:hi][:, cols] * (self.n[lo:hi, None] - 1.0 + self.u[lo:hi, None])
+               + np.where(pmach[lo:hi][:, cols] == dmach[lo:hi][:, cols], 0.0, self.xfer[lo:hi, None]))
+        lb = {"ttft": ttft, "tbt": dec / self.n[lo:hi, None], "e2e": ttft + dec}
         for k, (metric, ref, limit, _) in enumerate(self.verdict.slos):
-            if metric in lb:
-                v = lb[metric] if ref is None else lb[metric] / ref[lo:hi, None]
-                self.broken[k, cols] += (v >= limit).sum(axis=0)
+            v = lb[metric] if ref is None else lb[metric] / ref[lo:hi, None]
+            self.broken[k, cols] += (v >= limit).sum(axis=0)
         return (self.broken[:, cols] >= self.need).any(axis=0)
 
     # -- prompt pool ------------------------------------------------------------------
@@ -264,7 +260,6 @@ class _Run:
         # machine's releases later touches a few blocks
         B = _BLOCK
         ring = np.zeros((L // B, D, M, B, 2), dtype=np.float32)
-        rel_flat = rows * M                     # + machine: flat (design, machine) index
         # booked decodes not yet started (prompt or KV transfer still running): they do not keep
         # a borrowed machine in the mixed pool (the reference frees it once nothing runs there)
         inbound = np.zeros((D, M))
@@ -393,7 +388,7 @@ class _Run:
             buckets after ``start`` later by ``loss`` seconds (farther ones stay where they are)."""
             shift = np.rint(loss / _RING_S).astype(np.int64)
             first = np.maximum((start / _RING_S).astype(np.int64) + 1, last)
-            inside = first + _POSTPONE + shift <= last + L   # else the batch is over 100 s ahead: leave it
+            inside = first + _POSTPONE + shift <= last + L   # else the batch is too far ahead for the ring: leave it
             if not inside.all():
                 rr, jj, shift, first = rr[inside], jj[inside], shift[inside], first[inside]
             # the window holds few releases (one a decode): move only the buckets that hold any
@@ -413,7 +408,7 @@ class _Run:
 
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
-            nonlocal D, rows, W, act, home, role, absent, smem, ndec, ring, rel_flat, inbound, starts
+            nonlocal D, rows, W, act, home, role, absent, smem, ndec, ring, inbound, starts
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
             nonlocal q_head, q_n, q_next, ptok, cap, toff, rows_cp, DM
             keep = (~dying).nonzero()[0]
@@ -426,7 +421,7 @@ class _Run:
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
             q_head, q_n, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel() for x in (q_head, q_n, q_next))
             ptok, cap, toff = ptok.take(keep, axis=0), cap.take(keep, axis=0), toff[keep]
-            rel_flat, rows_cp = rows * M, rows * Cp
+            rows_cp = rows * Cp
             DM = D * M
             dying = np.zeros(D, dtype=bool)
 
@@ -487,7 +482,7 @@ class _Run:
                 ok_p[q] = ~long_queue(q, pj[q], s)
             # token machine: least booked memory that still fits (inf off the token pool)
             tj = tkey[:, Cp:].argmin(axis=1) + Cp
-            ft = rel_flat + tj
+            ft = pq.flat(tj)
             ok_t = tkey.take(ft) + m < cap.take(ft)
             if mixed_on:
                 if not (ok_p.all() and ok_t.all()):
@@ -507,10 +502,10 @@ class _Run:
                         pj[stuck] = fj
                         tj[stuck] = fj
                         oom[act[stuck]] |= ~fits(stuck, fj, m)
-                    ft = rel_flat + tj
+                    ft = pq.flat(tj)
             else:   # strict pools: wait for memory on the token pool
                 oom[act] |= ~ok_t
-            fp = rel_flat + pj
+            fp = pq.flat(pj)
             same = pj == tj
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
             d_p = ndec.take(fp)
@@ -696,6 +691,7 @@ class _PromptQueues:
         self.ND = D                             # columns of the arrays over requests
         self.max_tokens = float(run.cfg.max_batch_tokens)
         self.rows = np.arange(D)                # the designs simulated: rows of the loop arrays
+        self.row_base = self.rows * C           # + machine: flat (design, machine) index into them
         self.cols = np.arange(D)                # and their columns in the arrays over requests
         self.poff = run.poff                    # and their rows of the prompt-time tables
         self.whole = True                       # every design still simulated
@@ -711,7 +707,7 @@ class _PromptQueues:
 
     def flat(self, j):
         """Flat indices of machines ``j`` (one per design) into the (designs x machines) arrays."""
-        return self.rows * self.C + j
+        return self.row_base + j
 
     def _join(self, i, t, fj):
         """(machine's last batch's start and tokens, may request i join that batch?) for flat machines ``fj``.
@@ -766,6 +762,7 @@ class _PromptQueues:
         """Go on simulating only the designs at rows ``keep``."""
         self.cols = self.cols[keep]
         self.rows = np.arange(self.cols.size)
+        self.row_base = self.rows * self.C
         self.whole = False
         self.poff = self.poff[keep]
         self.W, self.ob_tok, self.ob_start, self.ob_id = (

@@ -359,9 +359,14 @@ class _Pool:
         self.executor.shutdown(wait=True)
 
 
+def _confirm_sim(inputs: Inputs, req: PlanRequest, rate, seed: int) -> Simulator:
+    """The confirm method's simulator on one stream at ``rate``."""
+    return inputs.simulator(inputs.stream(rate, seed), req.confirm_method)
+
+
 def _confirm_run(inputs: Inputs, req: PlanRequest, design: str, pt, rate, seed: int):
     """One confirmation simulation (a picklable task for another process)."""
-    return inputs.simulator(inputs.stream(rate, seed), req.confirm_method).run(design, *pt)
+    return _confirm_sim(inputs, req, rate, seed).run(design, *pt)
 
 
 class _Confirmer:
@@ -381,7 +386,7 @@ class _Confirmer:
     def _sim(self, rate, seed):
         k = (rate, seed)
         if k not in self._sims:
-            self._sims[k] = self.inputs.simulator(self.inputs.stream(rate, seed), self.req.confirm_method)
+            self._sims[k] = _confirm_sim(self.inputs, self.req, rate, seed)
         return self._sims[k]
 
     def _submit(self, design: str, pt, rate, seed: int):
