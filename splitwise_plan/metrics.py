@@ -23,9 +23,9 @@ def percentiles(values: dict[str, np.ndarray], pcts=PERCENTILES) -> dict[str, di
     """Linear-interpolation percentiles along the last axis; an unfinished (NaN) request counts as +inf."""
     out = {}
     for m, v in values.items():
-        v = np.where(np.isnan(v), np.inf, v)
+        v = np.where(np.isnan(v), np.inf, v)   # a copy: the percentile may reorder it in place
         with np.errstate(invalid="ignore"):   # interpolating between two unfinished (inf) requests
-            q = np.percentile(v, list(pcts), axis=-1)
+            q = np.percentile(v, list(pcts), axis=-1, overwrite_input=True)
         q = np.where(np.isnan(q), np.inf, q)    # inf - inf in the interpolation: still unfinished
         out[m] = {p: q[i] for i, p in enumerate(pcts)}
     return out

@@ -235,10 +235,10 @@ class Simulator:
 
     def _results(self, clusters, ttft, e2e, util, oom, over, method, failed=None) -> list[SimulationResult]:
         lat = request_latencies(ttft, e2e, self.stream.output_tokens)
-        r_ttft, r_tbt, r_e2e = self.reference
-        slow = {"ttft": lat["ttft"] / r_ttft, "tbt": lat["tbt"] / r_tbt, "e2e": lat["e2e"] / r_e2e}
         lat_p = percentiles(lat, self.pcts)
-        slow_p = percentiles(slow, self.pcts)
+        slow_p = {}
+        for m, ref in zip(("ttft", "tbt", "e2e"), self.reference):   # one slowdown array at a time: bounded memory
+            slow_p.update(percentiles({m: lat[m] / ref}, self.pcts))
         completed = np.sum(np.isfinite(e2e), axis=-1)
         results = []
         for i, c in enumerate(clusters):
