@@ -341,7 +341,7 @@ class _Run:
             if q.size:   # the load is over the limit: is there a queue?
                 fq = f[q]
                 out[q] = (pq.ob_start.take(fq) > t) | (
-                    (dj[q] >= 0.5) & (W.take(fq) > t) & ~pq.bride[pq.ob_id.take(fq), act[r[q]]])
+                    (dj[q] >= 0.5) & (W.take(fq) > t) & (pq.bcred[pq.ob_id.take(fq), act[r[q]]] <= 0.0))
             return out
 
         def fits(r, j, m):
@@ -599,7 +599,7 @@ class _Run:
                                 pmach[:, sl], dmach[:, sl], span)
             alone[:, sl] += busy.delays(t1, base)
         del t1, base, busy, pmach, dmach
-        pq.free("bstart", "bcred", "bride", "rb")   # what the outcome no longer needs
+        pq.free("bstart", "bcred", "rb")   # what the outcome no longer needs
         return self._outcome(pq, tau_req, ttft, alone, oom, stop, failed)
 
     def _outcome(self, pq, tau_req, ttft, last_token, oom, stop, failed) -> FluidOutcome:
@@ -740,12 +740,10 @@ class _PromptQueues:
         self.ob_id = np.zeros((D, C), dtype=np.int64)
         self.bstart = np.zeros((N, D))
         self.bdur = np.zeros((N, D))
-        self.bride = np.zeros((N, D), dtype=bool)   # decodes ride along (a mixed batch)
-        self.bcred = np.zeros((N, D))               # what a riding decode gets back: its own iteration
+        self.bcred = np.zeros((N, D))   # what a riding decode gets back, its own iteration (0: no decode rides)
         self.rb = np.zeros((N, D), dtype=np.int32)
         # flat views for the step's gathers and scatters (indexing a flat view is the cheapest numpy call)
-        self.bstart_f, self.bdur_f, self.bride_f, self.bcred_f = (
-            x.reshape(-1) for x in (self.bstart, self.bdur, self.bride, self.bcred))
+        self.bstart_f, self.bdur_f, self.bcred_f = (x.reshape(-1) for x in (self.bstart, self.bdur, self.bcred))
         self._machine_views()
 
     def free(self, *names) -> None:
@@ -800,7 +798,6 @@ class _PromptQueues:
         self.W_f[fj] = end
         self.bstart_f[fb] = start
         self.bdur_f[fb] = new_cost
-        self.bride_f[fb] = rides
         if credit is not None:
             self.bcred_f[fb] = credit * rides if np.ndim(credit) else credit
         if self.whole:

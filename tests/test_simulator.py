@@ -246,3 +246,19 @@ def test_more_prompt_machines_never_raise_ttft_much():
     res = Simulator(stream).run_many("HH", [(p, 3) for p in range(6, 14)])
     p99 = [r.latency_s["ttft"][99] for r in res]
     assert all(b <= a * 1.05 for a, b in zip(p99, p99[1:])), p99
+
+
+def test_percentiles_are_numpys_linear_percentiles_with_unfinished_requests_as_inf():
+    from splitwise_plan.metrics import percentiles
+    rng = np.random.default_rng(0)
+    v = rng.lognormal(size=(6, 999))
+    v[1, 600:] = np.nan                  # 40% unfinished: P90 and P99 are unfinished, P50 is not
+    v[2, :] = np.nan
+    v[3, -5:] = np.nan                   # P99 interpolates towards an unfinished request
+    got = percentiles({"ttft": v}, (50, 90, 99, 12.5))["ttft"]
+    with np.errstate(invalid="ignore"):
+        want = np.percentile(np.where(np.isnan(v), np.inf, v), [50, 90, 99, 12.5], axis=-1)
+    want = np.where(np.isnan(want), np.inf, want)
+    for k, p in enumerate((50, 90, 99, 12.5)):
+        np.testing.assert_array_equal(got[p], want[k])
+    assert np.isinf(got[90][1]) and got[50][1] < np.inf and np.isinf(got[50][2])
