@@ -152,6 +152,7 @@ class _Run:
         # token time by (hardware pair, on a token machine?, batch size)
         ttab = np.stack([np.stack([np.asarray(lp.token_time(x_t)), np.asarray(lt.token_time(x_t))])
                          for lp, lt in zip(lat_p, lat_t)])
+        ttab[:, :, 0] = ttab[:, :, 1]           # a batch of no decodes as one: lookups need no lower clamp
         self.other_hw = any(lt is not lp for lp, lt in zip(lat_p, lat_t))   # borrowed machines of other hardware
         self.ptab_p, self.ptab_t, self.ttab = ptab_p.ravel(), ptab_t.ravel(), ttab.ravel()
         self.T, self.K = ptab_p.shape[1], ttab.shape[2]
@@ -270,8 +271,15 @@ class _Run:
         R = _PENDING
         q_end = np.full((D * M, R), np.inf)     # the last prompts queued on each machine (inf: a free slot)
         q_tok = np.zeros((D * M, R))
-        q_head = np.zeros(D * M, dtype=np.int64)    # the oldest prompt of each machine not yet done
-        q_tail = np.zeros(D * M, dtype=np.int64)    # the slot the next prompt takes (full if it is not free)
+        # slots as flat indices into q_end/q_tok (machine * R + slot): the oldest prompt of each
+        # machine not yet done, and the slot the next prompt takes (the ring is full if it is not free)
+        q_head = np.arange(D * M, dtype=np.int64) * R
+        q_tail = q_head.copy()
+
+        def next_slot(x):
+            """The slot after flat slots ``x`` in their machines' rings (R is a power of two)."""
+            return (x & -R) | ((x + 1) & (R - 1))
+
         q_next = np.full(D * M, np.inf)             # when the oldest of them is done
         ptok = np.zeros((D, M))                     # their tokens: the reference's pending prompt tokens
         tau_req = np.zeros((N, D))              # requests x designs: the loop writes rows in order
@@ -289,6 +297,8 @@ class _Run:
 
         win_blocks = np.arange(_POSTPONE // B + 1)[None, :]   # blocks a postpone window spans
         win_buckets = np.arange(win_blocks.size * B)[None, :]   # and their buckets
+        # which of them the window holds, by the offset of its first bucket in its block
+        in_window = (win_buckets >= np.arange(B)[:, None]) & (win_buckets < np.arange(B)[:, None] + _POSTPONE)
 
         def at(b, f, n):
             """Flat index of bucket ``b`` (any integer) of flat machine ``f`` in a blocked ring of ``n`` buckets:
@@ -405,8 +415,7 @@ class _Run:
             b0 = first >> _BLOCK_BITS
             rows_b = ((b0[:, None] + win_blocks) % (L // B)) * DM + f[:, None]   # (window, block) -> ring row
             held = ring.reshape(-1, B).take(rows_b, axis=0).reshape(-1, win_buckets.size).view(np.int64) != 0
-            p = win_buckets - (first - b0 * B)[:, None]   # the buckets read, from the window's first
-            nz = (held & (p >= 0) & (p < _POSTPONE)).reshape(-1).nonzero()[0]
+            nz = (held & in_window.take(first & (B - 1), axis=0)).reshape(-1).nonzero()[0]
             if not nz.size:
                 return
             k = nz // win_buckets.size
@@ -431,6 +440,8 @@ class _Run:
             ring_off = (act - rows) * M          # the rings keep the dropped designs' rows: no copy
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
             q_head, q_tail, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel() for x in (q_head, q_tail, q_next))
+            q_head = (q_head & (R - 1)) + np.arange(q_head.size) * R   # the slots of the machines' new rows
+            q_tail = (q_tail & (R - 1)) + np.arange(q_tail.size) * R
             ptok, cap, toff = ptok.take(keep, axis=0), cap.take(keep, axis=0), toff[keep]
             dying = np.zeros(D, dtype=bool)
             n_dying = 0
@@ -477,12 +488,11 @@ class _Run:
             q_end_f, q_tok_f = q_end.reshape(-1), q_tok.reshape(-1)
             f = (q_next <= t).nonzero()[0]
             while f.size:   # retire the prompts done by now, oldest first (FCFS: in end order)
-                fh = f * R + q_head[f]
+                fh = q_head[f]
                 ptok_f[f] -= q_tok_f[fh]
                 q_end_f[fh] = inf                   # a free slot again
-                qh = (q_head[f] + 1) & (R - 1)
-                q_head[f] = qh
-                q_next[f] = nxt = q_end_f[f * R + qh]   # inf when none is left
+                q_head[f] = fh = next_slot(fh)
+                q_next[f] = nxt = q_end_f[fh]       # inf when none is left
                 f = f[nxt <= t]                     # only these machines may have more done
             # prompt machine: the prompt pool's least loaded (the reference's sched_pending:
             # prompt tokens not yet done, the running batch included, plus booked decodes)
@@ -527,7 +537,7 @@ class _Run:
             d_p = ndec_f[fp]
             tok_p = pj >= Cp
             if np.count_nonzero(d_p):
-                tau_p = ttab.take(toff + tok_p * K + np.minimum(np.maximum(d_p, 1.0), _MAX_DECODES).astype(np.int64))
+                tau_p = ttab.take(toff + tok_p * K + np.minimum(d_p, _MAX_DECODES).astype(np.int64))
                 h = ((d_p > 0) & (W_f[fp] <= t)).nonzero()[0]   # an idle machine that is decoding
                 if h.size:
                     W_f[fp[h]] = t + self.u[i] * tau_p[h]
@@ -545,10 +555,9 @@ class _Run:
                 dying |= over
                 n_dying = np.count_nonzero(dying)
                 stop[act[over]] = i + 1
-            qh, k = q_head[fp], q_tail[fp]          # the next slot of the machine's prompt ring
-            fk = fp * R + k
+            qh, fk = q_head[fp], q_tail[fp]         # the next slot of the machine's prompt ring
             full = q_end_f[fk] < inf                # its R slots all hold prompts not yet done
-            nk = (k + 1) & (R - 1)
+            nk = next_slot(fk)
             if np.count_nonzero(full):              # forget the oldest prompt remembered
                 ptok_f[fp] += s - q_tok_f[fk] * full
                 qh = np.where(full, nk, qh)
@@ -558,10 +567,10 @@ class _Run:
             q_tail[fp] = nk
             q_end_f[fk] = end_p
             q_tok_f[fk] = s
-            q_next[fp] = q_end_f[fp * R + qh]
+            q_next[fp] = q_end_f[qh]
             ready = end_p + apart * self.xfer[i]
             # the decode: output-1 iterations at its machine's batch size, after joining a batch
-            nd = np.minimum(np.maximum(ndec_f[ft] + 1.0, 1.0), _MAX_DECODES).astype(np.int64)
+            nd = np.minimum(ndec_f[ft] + 1.0, _MAX_DECODES).astype(np.int64)   # ndec >= 0
             tau = ttab.take(toff + (tj >= Cp) * K + nd)
             end = ready + tau * (self.n[i] - 1.0 + self.u[i])
             book(fp, apart * (self.kv * (s + 1.0)), ready, ft, m, end)   # prompt KV freed after the transfer
@@ -656,7 +665,7 @@ class _Run:
             # JSQ on pending work: queued prompt time plus one token per decode
             j = np.argmin(np.maximum(W, t) + dec * inv_tps + absent, axis=1)
             d_j = dec[rows, j].astype(np.float64)
-            tau = ttab.take(toff + np.maximum(dec[rows, j], 1))
+            tau = ttab.take(toff + dec[rows, j])
             if d_j.max() >= K:   # a machine decodes in every slot: track twice as many
                 dend, dready, dtau = (np.concatenate([x, np.zeros_like(x)], axis=2) for x in (dend, dready, dtau))
                 dreq = np.concatenate([dreq, np.full_like(dreq, -1)], axis=2)
