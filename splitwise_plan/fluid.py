@@ -264,10 +264,11 @@ class _Run:
         B = _BLOCK
         ring = np.zeros((L // B, D, M, B), dtype=np.complex64)
         ring_flat = ring.reshape(-1)            # a view: the ring is never reallocated
-        # booked decodes not yet started (prompt or KV transfer still running): they do not keep
-        # a borrowed machine in the mixed pool (the reference frees it once nothing runs there)
-        inbound = np.zeros((D, M))
-        starts = np.zeros((_INBOUND // B, D, M, B), dtype=np.int16)   # their starts by time bucket
+        # booked decodes that have started (their prompt and KV transfer done) and not ended: only
+        # these keep a borrowed machine in the mixed pool (the reference frees it once nothing runs
+        # there); counted up at their start, by time bucket, and down with the ring's releases
+        running = np.zeros((D, M))
+        starts = np.zeros((_INBOUND // B, D, M, B), dtype=np.int16)
         R = _PENDING
         q_end = np.full((D * M, R), np.inf)     # the last prompts queued on each machine (inf: a free slot)
         q_tok = np.zeros((D * M, R))
@@ -393,7 +394,6 @@ class _Run:
             fr, ftr = (f, ft) if ring_off is None else (f + np.concatenate((ring_off, ring_off)), ft + ring_off)
             # released at the bucket boundary nearest the time (not up to a bucket late)
             b = np.minimum(np.maximum(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last), last + L - 1)
-            inbound.ravel()[ft] += 1.0
             starts.ravel()[at(np.minimum(b[:D], last + _INBOUND - 1), ftr, _INBOUND)] += 1
             smem.ravel()[f] += amount
             tkey.ravel()[f] += amount
@@ -428,7 +428,7 @@ class _Run:
 
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
-            nonlocal D, rows, W, act, home, role, absent, smem, ndec, inbound, ring_off
+            nonlocal D, rows, W, act, home, role, absent, smem, ndec, running, ring_off
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
             nonlocal q_head, q_tail, q_next, ptok, cap, toff, n_dying
             keep = (~dying).nonzero()[0]
@@ -436,7 +436,7 @@ class _Run:
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
             home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey = (
                 x.take(keep, axis=0) for x in (home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey))
-            inbound = inbound.take(keep, axis=0)
+            running = running.take(keep, axis=0)
             ring_off = (act - rows) * M          # the rings keep the dropped designs' rows: no copy
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
             q_head, q_tail, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel() for x in (q_head, q_tail, q_next))
@@ -470,15 +470,16 @@ class _Run:
                         due = due[act]            # the rows of the designs still simulated (a copy)
                     smem -= due.real
                     ndec -= due.imag
+                    running -= due.imag
                     ring[k % L // B, :, :, k % B] = 0.0
                     if k < last + _INBOUND:
                         began = starts[k % _INBOUND // B, :, :, k % B]
-                        inbound -= began if ring_off is None else began[act]
+                        running += began if ring_off is None else began[act]
                         began[...] = 0
                 due = began = None
                 last = cur
                 if mixed_on and any_mixed:   # a borrowed machine goes home once nothing runs on it
-                    idle = (role == _MIXED) & (ndec - inbound < 0.5) & (W <= t)
+                    idle = (role == _MIXED) & (running < 0.5) & (W <= t)
                     if idle.any():
                         role = np.where(idle, home, role)
                         pen_p, pen_t, pen_m = penalties()
