@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
-import pandas as pd
+import numpy as np   # (pandas is imported where it is used: processes that only simulate need none)
 
 from .errors import SplitwisePlanError, choices
 from .latency_model import LatencyModel
@@ -50,6 +49,7 @@ class ProfileAccuracy:
 
 def read_user_csv(path: Path, what: str) -> pd.DataFrame:
     """Read a CSV, turning parser failures into one-line user errors."""
+    import pandas as pd
     try:
         df = pd.read_csv(path, skipinitialspace=True)
     except pd.errors.EmptyDataError:
@@ -71,6 +71,7 @@ def _bad_row(df: pd.DataFrame, mask) -> tuple[int, object]:
 def numeric_column(df: pd.DataFrame, col: str, path: Path, what: str, *,
                    integer: bool, positive: bool = True) -> np.ndarray:
     """Validate and convert one numeric column; the error names file, line, column and value."""
+    import pandas as pd
     raw = df[col]
     vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(vals)
@@ -161,6 +162,7 @@ def _medians(rows: pd.DataFrame, source: str) -> pd.DataFrame:
 
 def _validate(df: pd.DataFrame, path: Path) -> pd.DataFrame:
     """Check columns and values of a profile table and return it with clean dtypes."""
+    import pandas as pd
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise SplitwisePlanError(

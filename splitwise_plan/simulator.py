@@ -9,6 +9,7 @@ evaluates designs with one of two methods:
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -186,7 +187,9 @@ class Simulator:
         if jobs > 1 and len(points) > 1:
             from joblib import Parallel, delayed
             parts = [points[k::jobs] for k in range(jobs) if points[k::jobs]]
-            outs = Parallel(n_jobs=len(parts))(delayed(self.run_many)(design, part, method) for part in parts)
+            worker = copy.copy(self)
+            worker.profiles = None     # the design's latency models are built: workers need no profile table
+            outs = Parallel(n_jobs=len(parts))(delayed(worker.run_many)(design, part, method) for part in parts)
             merged: list = [None] * len(points)
             for k, out in enumerate(outs):
                 merged[k::jobs] = out

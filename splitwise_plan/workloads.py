@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+import numpy as np   # (pandas is imported where it is used: processes that only simulate need none)
 
 from .errors import SplitwisePlanError, positive_number, choices
 from .paths import data_file, user_file
@@ -77,6 +76,7 @@ class RequestStream:
 
     def to_frame(self) -> pd.DataFrame:
         """The stream in the reference simulator's trace format (one row per request)."""
+        import pandas as pd
         n = len(self)
         return pd.DataFrame({
             "request_id": np.arange(n), "request_type": np.full(n, 2), "application_id": np.zeros(n, np.int64),
@@ -189,6 +189,7 @@ def load_trace(path: str | Path) -> RequestStream:
 
 def _azure_seconds(df: pd.DataFrame, p: Path) -> np.ndarray:
     """Azure TIMESTAMP column (wall clock text, or plain seconds) as seconds after the first row."""
+    import pandas as pd
     if len(df) == 0:
         raise SplitwisePlanError(f"trace file {p} has no data rows")
     raw = df["TIMESTAMP"]
