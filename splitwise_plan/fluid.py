@@ -41,7 +41,7 @@ from .latency_model import MIXED_BATCH_FACTOR
 
 _RING_S = 0.25         # time resolution of the per-machine release ring
 _RING = 512            # buckets in the ring at most: releases up to 128 s ahead (see _Run.ring_buckets)
-_PENDING = 16          # prompts remembered per machine for JSQ and the queue-length rule
+_PENDING = 16          # prompts remembered per machine for JSQ and the queue-length rule (a power of two)
 _POSTPONE = 64         # buckets after a prompt batch whose releases it postpones (16 s)
 _INBOUND = 256         # buckets of the ring of decode starts: up to 64 s ahead
 _BLOCK_BITS = 3
