@@ -212,6 +212,14 @@ def speed(repeats: int = 3) -> None:
             print(f"[speed:{mode}] {len(stream)} requests, batch of {len(batch)} designs: {cpu_ms:.1f} ms CPU per "
                   f"design, median of {_ms(runs)} (target <= 10 ms); reference ~{REF_SECONDS_PER_POINT:.0f} s "
                   f"per point: {REF_SECONDS_PER_POINT * 1000 / cpu_ms:,.0f}x")
+        near = [(p, t) for p in range(18, 34) for t in range(2, 18)]   # where a planner's candidates lie
+        runs = []
+        for _ in range(repeats):
+            c0 = time.process_time()
+            sim.run_many("HH", near)
+            runs.append((time.process_time() - c0) / len(near) * 1000)
+        print(f"[speed:{mode}] batch of {len(near)} designs around the frontier (18-33 prompt x 2-17 token "
+              f"machines): {float(np.median(runs)):.1f} ms CPU per design, median of {_ms(runs)}")
         c0 = time.process_time()
         sim.run_many("HH", grid)
         cpu_ms = (time.process_time() - c0) / len(grid) * 1000

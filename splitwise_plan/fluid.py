@@ -446,6 +446,11 @@ class _Run:
             dying = np.zeros(D, dtype=bool)
             n_dying = 0
 
+        def flat_views():
+            """Flat views of the arrays the step indexes by flat (design, machine); new after compaction."""
+            return ptok.reshape(-1), ndec.reshape(-1), W.reshape(-1), q_end.reshape(-1), q_tok.reshape(-1)
+
+        ptok_f, ndec_f, W_f, q_end_f, q_tok_f = flat_views()
         n_dying = 0
         for i in range(N):
             if self.verdict is not None and i - checked >= _CHECK:
@@ -460,6 +465,7 @@ class _Run:
                 compact()
                 if D == 0:
                     break
+                ptok_f, ndec_f, W_f, q_end_f, q_tok_f = flat_views()
             t = self.a[i]
             s, m = self.s[i], self.mem[i]
             cur = int(t / _RING_S)
@@ -485,8 +491,6 @@ class _Run:
                         pen_p, pen_t, pen_m = penalties()
                         any_mixed = bool((role == _MIXED).any())
                 pkey, tkey = keys()
-            ptok_f, ndec_f, W_f = ptok.reshape(-1), ndec.reshape(-1), W.reshape(-1)   # flat views
-            q_end_f, q_tok_f = q_end.reshape(-1), q_tok.reshape(-1)
             f = (q_next <= t).nonzero()[0]
             while f.size:   # retire the prompts done by now, oldest first (FCFS: in end order)
                 fh = q_head[f]
