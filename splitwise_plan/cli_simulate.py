@@ -397,20 +397,24 @@ def simulate_cmd(
 
 def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool = False,
              batch: int | None = None, label: str = "sweep", jobs: int = 1) -> list:
-    """Evaluate design points in batches with ``run_many`` (each over ``jobs`` processes), with a progress bar."""
+    """Evaluate design points with ``run_many`` (over ``jobs`` processes), with a progress bar.
+
+    One process runs them in batches (a fluid pass holds up to CHUNK designs; the oracle
+    runs them one by one), so the bar moves; several take them all and report each part.
+    """
     jobs = max(1, jobs)
-    size = batch
-    if size is None and sim.method == "fluid":   # a fluid pass per worker holds up to CHUNK designs
-        from .fluid import CHUNK
-        size = CHUNK * jobs
-    size = size or jobs                          # the oracle runs them one by one
-    results = []
     with progress(len(points), f"{label} {design.name} ({sim.method})", quiet=quiet) as bar:
+        if jobs > 1:
+            return sim.run_many(design, points, jobs=jobs, progress=bar.advance)
+        size = batch
+        if size is None and sim.method == "fluid":
+            from .fluid import CHUNK
+            size = CHUNK
+        size = size or 1
+        results = []
         for i in range(0, len(points), size):
-            chunk = points[i:i + size]
-            results.extend(sim.run_many(design, chunk, jobs=jobs))
-            bar.advance(len(chunk))
-    return results
+            results.extend(sim.run_many(design, points[i:i + size], progress=bar.advance))
+        return results
 
 
 @app.command("sweep", cls=ReportCommand)

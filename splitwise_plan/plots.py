@@ -19,11 +19,7 @@ import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import Normalize
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+import numpy as np   # (matplotlib is imported where it draws: a sweep without --plot needs none)
 import textwrap
 
 from . import __version__
@@ -113,6 +109,7 @@ def _unit_prices(points: Sequence[dict], key: str) -> tuple[float, float] | None
 
 def _ratio_colours(ratios=None):
     """Colour scale of log10(value / limit), symmetric around 1 (the SLO limit)."""
+    from matplotlib.colors import Normalize
     span = MAX_RATIO_DECADES
     if ratios is not None:
         r = np.asarray([v for v in ratios if math.isfinite(v) and v > 0], dtype=float)
@@ -123,6 +120,7 @@ def _ratio_colours(ratios=None):
 
 def draw_design_space(fig, rows: Iterable, title: str | None = None) -> dict | None:
     """Draw the design-space map of sweep results into ``fig`` (a Figure or SubFigure); return the optimum."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
     points = [design_point(r) for r in rows]
     if not points:
         raise SplitwisePlanError("nothing to plot: the sweep has no design points")
@@ -214,6 +212,7 @@ def draw_design_space(fig, rows: Iterable, title: str | None = None) -> dict | N
 
 def design_space_figure(rows: Iterable, title: str | None = None) -> Figure:
     """A new figure holding the design-space map of sweep results."""
+    from matplotlib.figure import Figure
     fig = Figure(figsize=(8, 6), layout="constrained")
     draw_design_space(fig, rows, title)
     return fig
@@ -279,6 +278,7 @@ def _design_label(d: Mapping) -> str:
 def comparison_figure(designs: Sequence[Mapping], title: str | None = None,
                       normalize_to: str | None = None) -> Figure:
     """A new figure comparing designs' cost, power and throughput (like the paper's Figure 18)."""
+    from matplotlib.figure import Figure
     fig = Figure(figsize=(max(9, 1.4 * len(designs) * 3 / 2), 4.2), layout="constrained")
     draw_comparison(fig, designs, title, normalize_to)
     return fig
@@ -291,6 +291,7 @@ def _wrap(title: str, width: int = 90) -> str:
 
 
 def _render(fig: Figure, fmt: str) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=130, metadata={"Software": f"splitwise-plan {__version__}"}
@@ -361,6 +362,7 @@ def write_plot(path: str | Path, *, sweep: Iterable | None = None, designs: Sequ
     ``.png``/``.svg`` give one image (both panels stacked when both are given);
     ``.html`` gives a page with the figures inline as SVG and the numbers as tables.
     """
+    from matplotlib.figure import Figure
     check_plot_path(path)
     fmt = plot_format(path)
     sweep = list(sweep) if sweep is not None else None

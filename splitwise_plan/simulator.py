@@ -174,10 +174,13 @@ class Simulator:
         return self.run_many(design, [(n_prompt, n_token)], method=method)[0]
 
     def run_many(self, design: str | Design, points: Iterable[Sequence[int]],
-                 method: str | None = None, jobs: int = 1) -> list[SimulationResult]:
+                 method: str | None = None, jobs: int = 1, progress=None) -> list[SimulationResult]:
         """Simulate many (prompt, token) machine counts of one design; the fluid method batches them.
 
-        ``jobs > 1`` splits the points over that many worker processes (joblib).
+        ``jobs > 1`` spreads the points over that many worker processes (joblib): parts of one
+        fluid pass each (a run of consecutive points, dealt out in turn, so the parts cost
+        alike), taken up by whichever worker is free; ``progress(n)`` is told as each part of
+        ``n`` points is done.
         """
         method = method or self.method
         points = [tuple(pt) for pt in points]
@@ -186,17 +189,28 @@ class Simulator:
             return []
         if jobs > 1 and len(points) > 1:
             from joblib import Parallel, delayed
-            parts = [points[k::jobs] for k in range(jobs) if points[k::jobs]]
+            from .fluid import CHUNK
+            run = CHUNK * jobs if method == "fluid" else jobs
+            parts = [idx for lo in range(0, len(points), run)
+                     for k in range(jobs) if (idx := list(range(lo, min(lo + run, len(points))))[k::jobs])]
             worker = copy.copy(self)
             worker.profiles = None     # the design's latency models are built: workers need no profile table
-            outs = Parallel(n_jobs=len(parts))(delayed(worker.run_many)(design, part, method) for part in parts)
+            outs = Parallel(n_jobs=min(jobs, len(parts)), return_as="generator")(
+                delayed(worker.run_many)(design, [points[i] for i in idx], method) for idx in parts)
             merged: list = [None] * len(points)
-            for k, out in enumerate(outs):
-                merged[k::jobs] = out
+            for idx, out in zip(parts, outs):
+                for i, r in zip(idx, out):
+                    merged[i] = r
+                if progress is not None:
+                    progress(len(idx))
             return merged
         if method == "events":
-            return self._events(clusters)
-        return self._fluid(clusters)
+            out = self._events(clusters)
+        else:
+            out = self._fluid(clusters)
+        if progress is not None:
+            progress(len(points))
+        return out
 
     def run_points(self, points: Iterable[Sequence], method: str | None = None) -> list[SimulationResult]:
         """Simulate (design, prompt, token) points of several designs, in order.
