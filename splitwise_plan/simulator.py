@@ -191,8 +191,10 @@ class Simulator:
             from joblib import Parallel, delayed
             from .fluid import CHUNK
             run = CHUNK * jobs if method == "fluid" else jobs
-            parts = [idx for lo in range(0, len(points), run)
-                     for k in range(jobs) if (idx := list(range(lo, min(lo + run, len(points))))[k::jobs])]
+            parts = []
+            for lo in range(0, len(points), run):
+                block = list(range(lo, min(lo + run, len(points))))
+                parts += [block[k::jobs] for k in range(jobs) if block[k::jobs]]
             worker = copy.copy(self)
             worker.profiles = None     # the design's latency models are built: workers need no profile table
             outs = Parallel(n_jobs=min(jobs, len(parts)), return_as="generator")(
