@@ -241,6 +241,27 @@ def speed(repeats: int = 3) -> None:
               f"(target <= 10 s); reference ~{ref / 3600:.1f} CPU-hours: {ref / wall:,.0f}x")
         print(f"[speed:{mode}] peak memory of the sweeps, this process and its workers together (sampled every "
               f"20 ms): {peak:.0f} MiB (target <= 1024 MiB)")
+        command_sweep(repeats, early)
+
+
+def command_sweep(repeats: int, early: bool) -> None:
+    """The same sweep as a user runs it: a fresh ``splitwise-plan sweep`` process, end to end."""
+    import subprocess
+    import tempfile
+    mode = "stop-early" if early else "full"
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "splitwise_plan", "sweep", "--design", "HH", "--prompt", "1:39", "--token", "1:39",
+               "--rps", "70", "--csv", str(Path(tmp) / "sweep.csv"), "--jobs", "2", "--quiet"] + ["--stop-early"] * early
+        walls, peak = [], 0.0
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            with TreeMemory() as mem:
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            walls.append(time.perf_counter() - t0)
+            peak = max(peak, mem.peak_mib)
+    print(f"[speed:{mode}] the same sweep as a command (splitwise-plan sweep ... --jobs 2 --csv FILE), end to end: "
+          f"{float(np.median(walls)):.1f} s wall, median of {', '.join(f'{w:.1f}' for w in walls)}; "
+          f"peak {peak:.0f} MiB for the command and its workers")
 
 
 def _ms(runs) -> str:
