@@ -5,9 +5,10 @@
 Reads the reference results from ../shared (skips that part when absent) and plans the
 reference's trace (the fluid search, answers confirmed by the oracle); compares the fluid
 model with the discrete-event oracle on 72 varied points per model and on 144 points near
-the Splitwise frontiers at 70 req/s (about 3 minutes);
-times a batch and the Splitwise-HH 39x39 sweep. ``--events`` also runs the oracle on all 75
-reference rows.
+the Splitwise frontiers at 70 req/s (about 3 minutes); times batches of designs, the whole
+Splitwise-HH 39x39 grid and its sweep on 2 workers, through the API and as a command, each
+three times with the median reported, with and without the early verdict (about 6 minutes).
+``--events`` also runs the oracle on all 75 reference rows.
 """
 
 from __future__ import annotations
