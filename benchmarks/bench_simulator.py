@@ -145,10 +145,11 @@ def planner_answers() -> None:
 
 
 class TreeMemory:
-    """Samples the summed resident memory of this process and all its descendants (Linux /proc)."""
+    """Samples the summed resident memory of a process (this one unless ``pid``) and all its
+    descendants (Linux /proc)."""
 
-    def __init__(self, every: float = 0.02) -> None:
-        self.every, self.peak_mib = every, 0.0
+    def __init__(self, pid: int | None = None, every: float = 0.02) -> None:
+        self.pid, self.every, self.peak_mib = pid or os.getpid(), every, 0.0
         self._stop = threading.Event()
 
     @staticmethod
@@ -173,9 +174,8 @@ class TreeMemory:
         return out
 
     def _run(self) -> None:
-        me = os.getpid()
         while not self._stop.is_set():
-            kib = sum(self._rss_kib(p) for p in self._tree(me))
+            kib = sum(self._rss_kib(p) for p in self._tree(self.pid))
             self.peak_mib = max(self.peak_mib, kib / 1024)
             self._stop.wait(self.every)
 
@@ -204,41 +204,29 @@ def speed(repeats: int = 3) -> None:
         mode = "stop-early" if early else "full"
         for n, step in ((128, 12), (256, 6)):   # spread over the grid, as a sweep's chunks are
             batch = grid[::step][:n]
-            runs = []
-            for _ in range(repeats):
-                c0 = time.process_time()
-                sim.run_many("HH", batch)
-                runs.append((time.process_time() - c0) / len(batch) * 1000)
+            runs = _cpu_ms_per_design(sim, batch, repeats)
             cpu_ms = float(np.median(runs))
             print(f"[speed:{mode}] {len(stream)} requests, batch of {len(batch)} designs: {cpu_ms:.1f} ms CPU per "
-                  f"design, median of {_ms(runs)} (target <= 10 ms); reference ~{REF_SECONDS_PER_POINT:.0f} s "
+                  f"design, median of {_list(runs)} (target <= 10 ms); reference ~{REF_SECONDS_PER_POINT:.0f} s "
                   f"per point: {REF_SECONDS_PER_POINT * 1000 / cpu_ms:,.0f}x")
         near = [(p, t) for p in range(18, 34) for t in range(2, 18)]   # where a planner's candidates lie
-        runs = []
-        for _ in range(repeats):
-            c0 = time.process_time()
-            sim.run_many("HH", near)
-            runs.append((time.process_time() - c0) / len(near) * 1000)
+        runs = _cpu_ms_per_design(sim, near, repeats)
         print(f"[speed:{mode}] batch of {len(near)} designs around the frontier (18-33 prompt x 2-17 token "
-              f"machines): {float(np.median(runs)):.1f} ms CPU per design, median of {_ms(runs)}")
-        c0 = time.process_time()
-        sim.run_many("HH", grid)
-        cpu_ms = (time.process_time() - c0) / len(grid) * 1000
+              f"machines): {float(np.median(runs)):.1f} ms CPU per design, median of {_list(runs)}")
+        cpu_ms = _cpu_ms_per_design(sim, grid, 1)[0]
         print(f"[speed:{mode}] the whole 39x39 grid as one batch in one process: {cpu_ms:.1f} ms CPU per design "
               f"(target <= 10 ms)")
-        walls, peak = [], 0.0
-        for _ in range(repeats):
+
+        def sweep() -> list:
             get_reusable_executor().shutdown(wait=True)   # a cold start each time
-            t0 = time.perf_counter()
-            with TreeMemory() as mem:
-                res = sim.run_many("HH", grid, jobs=2)
-            walls.append(time.perf_counter() - t0)
-            peak = max(peak, mem.peak_mib)
+            return sim.run_many("HH", grid, jobs=2)
+
+        walls, peak, res = _timed_with_memory(sweep, repeats)
         wall = float(np.median(walls))
         ref = len(grid) * REF_SECONDS_PER_POINT
         print(f"[speed:{mode}] Splitwise-HH 39x39 sweep ({len(grid)} points, {sum(r.slo_met for r in res)} pass; "
               f"{sum(r.overloaded for r in res)} overloaded, {sum(r.stopped_early for r in res)} stopped by the "
-              f"verdict), 2 fresh workers: {wall:.1f} s wall, median of {', '.join(f'{w:.1f}' for w in walls)} "
+              f"verdict), 2 fresh workers: {wall:.1f} s wall, median of {_list(walls)} "
               f"(target <= 10 s); reference ~{ref / 3600:.1f} CPU-hours: {ref / wall:,.0f}x")
         print(f"[speed:{mode}] peak memory of the sweeps, this process and its workers together (sampled every "
               f"20 ms): {peak:.0f} MiB (target <= 1024 MiB)")
@@ -256,17 +244,42 @@ def command_sweep(repeats: int, early: bool) -> None:
         walls, peak = [], 0.0
         for _ in range(repeats):
             t0 = time.perf_counter()
-            with TreeMemory() as mem:
-                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+            with TreeMemory(proc.pid) as mem:   # the command's own tree, not this benchmark's
+                if proc.wait():
+                    raise subprocess.CalledProcessError(proc.returncode, cmd)
             walls.append(time.perf_counter() - t0)
             peak = max(peak, mem.peak_mib)
     print(f"[speed:{mode}] the same sweep as a command (splitwise-plan sweep ... --jobs 2 --csv FILE), end to end: "
-          f"{float(np.median(walls)):.1f} s wall, median of {', '.join(f'{w:.1f}' for w in walls)}; "
+          f"{float(np.median(walls)):.1f} s wall, median of {_list(walls)}; "
           f"peak {peak:.0f} MiB for the command and its workers")
 
 
-def _ms(runs) -> str:
-    return ", ".join(f"{r:.1f}" for r in runs)
+def _cpu_ms_per_design(sim, points, repeats: int) -> list:
+    """CPU milliseconds per design of ``run_many`` over ``points``, once per repeat."""
+    runs = []
+    for _ in range(repeats):
+        c0 = time.process_time()
+        sim.run_many("HH", points)
+        runs.append((time.process_time() - c0) / len(points) * 1000)
+    return runs
+
+
+def _timed_with_memory(run, repeats: int) -> tuple:
+    """Wall seconds of each of ``repeats`` calls of ``run``, the peak memory of this process tree
+    and the last call's result."""
+    walls, peak, out = [], 0.0, None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        with TreeMemory() as mem:
+            out = run()
+        walls.append(time.perf_counter() - t0)
+        peak = max(peak, mem.peak_mib)
+    return walls, peak, out
+
+
+def _list(values) -> str:
+    return ", ".join(f"{v:.1f}" for v in values)
 
 
 if __name__ == "__main__":

@@ -165,8 +165,8 @@ class _Run:
         # converts a prompt backlog (seconds) to pending tokens for JSQ routing
         mbt = self.cfg.max_batch_tokens
         self.tokens_per_s = np.array([mbt / float(lp.prompt_time(mbt)) for lp in lat_p])[self.grp]
-        # where in a running iteration each request joins: uniform on (0, 1), low-discrepancy
         self.batch_factor = np.array([1.0, MIXED_BATCH_FACTOR])   # a batch's time: plain, mixed
+        # where in a running iteration each request joins: uniform on (0, 1), low-discrepancy
         self.u = np.modf(0.5 + np.arange(len(self.a)) * 0.6180339887498949)[0]
         if verdict is not None:
             # the least a batch holding x prompt tokens can take, on any machine of the design
@@ -214,8 +214,8 @@ class _Run:
 
         As the machine-level scheduler: prompts first, then as many decodes as fit in
         ``max_batch_tokens`` (one token each); a batch with decodes is a mixed batch.
-        ``poff`` is each design's row of the prompt-time tables. Returns (seconds, decodes
-        that ride along).
+        ``poff`` is each design's row of the prompt-time tables. Returns (seconds, do decodes
+        ride along?).
         """
         mixed = np.count_nonzero(decodes)   # else plain prompt batches on every machine
         if mixed:
@@ -227,7 +227,8 @@ class _Run:
         secs = self.ptab_p.take(idx)
         if on_token is not None and self.other_hw and np.count_nonzero(on_token):   # borrowed token machines of other hardware
             secs = np.where(on_token, self.ptab_t.take(idx), secs)
-        return (self.batch_factor.take((ride > 0).view(np.int8)) * secs if mixed else secs), ride
+        rides = ride > 0
+        return (self.batch_factor.take(rides.view(np.int8)) * secs if mixed else secs), rides
 
     # -- Splitwise ----------------------------------------------------------------------
     def splitwise(self) -> FluidOutcome:
@@ -391,7 +392,8 @@ class _Run:
             f = np.concatenate((fp, ft))
             booked = np.concatenate((sent, np.full(D, complex(m, 1.0))))   # memory + 1j * decodes
             amount = booked.real
-            fr, ftr = (f, ft) if ring_off is None else (f + np.concatenate((ring_off, ring_off)), ft + ring_off)
+            fr = f if ring_off is None else f + np.tile(ring_off, 2)   # their rows of the rings
+            ftr = fr[D:]
             # released at the bucket boundary nearest the time (not up to a bucket late)
             b = np.minimum(np.maximum(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last), last + L - 1)
             starts.ravel()[at(np.minimum(b[:D], last + _INBOUND - 1), ftr, _INBOUND)] += 1
@@ -471,18 +473,17 @@ class _Run:
             cur = int(t / _RING_S)
             if cur > last:
                 for k in range(last, min(cur, last + L)):
-                    due = ring[k % L // B, :, :, k % B]
-                    if ring_off is not None:
-                        due = due[act]            # the rows of the designs still simulated (a copy)
+                    bucket = ring[k % L // B, :, :, k % B]
+                    due = bucket if ring_off is None else bucket[act]   # the designs still simulated
                     smem -= due.real
                     ndec -= due.imag
                     running -= due.imag
-                    ring[k % L // B, :, :, k % B] = 0.0
+                    bucket[...] = 0.0
                     if k < last + _INBOUND:
                         began = starts[k % _INBOUND // B, :, :, k % B]
                         running += began if ring_off is None else began[act]
                         began[...] = 0
-                due = began = None
+                bucket = due = began = None
                 last = cur
                 if mixed_on and any_mixed:   # a borrowed machine goes home once nothing runs on it
                     idle = (role == _MIXED) & (running < 0.5) & (W <= t)
@@ -801,14 +802,13 @@ class _PromptQueues:
             fj = self.flat(j)
         ostart, otok, joinable = self._join(i, t, fj)
         new_tok = s + otok * joinable
-        new_cost, ride = run._batch_cost(new_tok, decodes, self.poff, on_token)
+        new_cost, rides = run._batch_cost(new_tok, decodes, self.poff, on_token)
         bid = np.where(joinable, self.ob_id_f[fj], i)
         fb = bid * self.ND + self.cols          # flat (request, design) of each batch's leader
         old_cost = self.bdur_f[fb] * joinable   # a new batch's row is still empty
         # the machine's queue ends with this batch (joined: it grows; new: it starts when the queue ends)
         start = np.where(joinable, ostart, np.maximum(self.W_f[fj], t))
         end = start + new_cost
-        rides = ride > 0
         self.W_f[fj] = end
         self.bstart_f[fb] = start
         self.bdur_f[fb] = new_cost
