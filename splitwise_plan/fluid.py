@@ -609,7 +609,7 @@ class _Run:
         # a machine's stretch of the decode-wait axis holds its batches and any decode's end
         span = 2.0 * batch_end + max(float(np.nanmax(alone)), 0.0) + 10.0
         for sl in blocks:
-            t1, base = decode(sl)
+            t1, base = decode(sl)   # again: keeping them for every design would cost 16 bytes a request each
             busy = _MachineBusy(pq.bstart[:, sl], pq.bdur[:, sl], pq.bcred[:, sl], pq.leaders(sl), M,
                                 pmach[:, sl], dmach[:, sl], span)
             alone[:, sl] += busy.delays(t1, base)
