@@ -399,7 +399,7 @@ def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool 
              batch: int | None = None, label: str = "sweep", jobs: int = 1) -> list:
     """Evaluate design points with ``run_many`` (over ``jobs`` processes), with a progress bar.
 
-    One process runs them in batches (a fluid pass holds up to CHUNK designs; the oracle
+    One process runs them in batches (a fluid pass each, ``fluid.pass_size``; the oracle
     runs them one by one), so the bar moves; several take them all and report each part.
     """
     jobs = max(1, jobs)
@@ -408,8 +408,8 @@ def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool 
             return sim.run_many(design, points, jobs=jobs, progress=bar.advance)
         size = batch
         if size is None and sim.method == "fluid":
-            from .fluid import CHUNK
-            size = CHUNK
+            from .fluid import pass_size
+            size = pass_size(len(points), len(sim.stream))
         size = size or 1
         results = []
         for i in range(0, len(points), size):

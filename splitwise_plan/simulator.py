@@ -179,7 +179,8 @@ class Simulator:
 
         ``jobs > 1`` spreads the points over that many worker processes (joblib): parts of one
         fluid pass each (a run of consecutive points, dealt out in turn, so the parts cost
-        alike), taken up by whichever worker is free; ``progress(n)`` is told as each part of
+        alike; neighbours in a grid die alike, and a pass whose designs are all overloaded ends
+        early), taken up by whichever worker is free; ``progress(n)`` is told as each part of
         ``n`` points is done.
         """
         method = method or self.method
@@ -189,8 +190,8 @@ class Simulator:
             return []
         if jobs > 1 and len(points) > 1:
             from joblib import Parallel, delayed
-            from .fluid import CHUNK
-            run = CHUNK * jobs if method == "fluid" else jobs
+            from .fluid import pass_size
+            run = pass_size(len(points), len(self.stream), jobs) * jobs if method == "fluid" else jobs
             parts = []
             for lo in range(0, len(points), run):
                 block = list(range(lo, min(lo + run, len(points))))
@@ -241,12 +242,13 @@ class Simulator:
         return self._results(clusters, ttft, e2e, util, [o.oom for o in outs], [False] * len(outs), "events")
 
     def _fluid(self, clusters) -> list[SimulationResult]:
-        """Clusters of one kind (Splitwise or baseline) through the fluid model, a chunk at a time."""
-        from .fluid import CHUNK, Verdict, simulate_fluid
+        """Clusters of one kind (Splitwise or baseline) through the fluid model, a pass at a time."""
+        from .fluid import Verdict, pass_size, simulate_fluid
         verdict = Verdict.of(self.slos, self.reference, len(self.stream)) if self.stop_early else None
         results = []
-        for lo in range(0, len(clusters), CHUNK):   # per chunk: per-request arrays never pile up
-            part = clusters[lo:lo + CHUNK]
+        size = pass_size(len(clusters), len(self.stream))
+        for lo in range(0, len(clusters), size):   # per pass: per-request arrays never pile up
+            part = clusters[lo:lo + size]
             out = simulate_fluid(part, self.stream, self.overload_s, verdict)
             results += self._results(part, out.ttft, out.e2e, list(out.utilization), list(out.oom),
                                      list(out.overloaded), "fluid", list(out.failed))

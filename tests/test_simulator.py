@@ -266,7 +266,7 @@ def test_percentiles_are_numpys_linear_percentiles_with_unfinished_requests_as_i
 
 def test_a_parallel_sweep_gives_the_serial_results_and_reports_every_point(monkeypatch):
     from splitwise_plan import fluid
-    monkeypatch.setattr(fluid, "CHUNK", 4)   # several parts a worker, each one fluid pass
+    monkeypatch.setattr(fluid, "_MAX_PASS", 4)   # several parts a worker, each one fluid pass
     stream = load_workload("coding").generate(10.0, duration_s=10.0, seed=0)
     sim = Simulator(stream)
     points = [(p, t) for p in range(2, 6) for t in range(1, 4)]
@@ -279,4 +279,18 @@ def test_a_parallel_sweep_gives_the_serial_results_and_reports_every_point(monke
     def flat(r):
         return [v for m in ("ttft", "tbt", "e2e") for v in r.latency_s[m].values()]
     assert [flat(r) for r in par] == [pytest.approx(flat(r), rel=1e-9) for r in ser]
-    assert sum(done) == len(points) and len(done) == 2 * 2   # 12 points: 2 runs of 8 and 4, 2 parts each
+    assert sum(done) == len(points) and len(done) == 4   # 12 points: 3 passes of 4 at most, made 4 for 2 workers
+
+
+@pytest.mark.parametrize("n_designs, n_requests, jobs", [
+    (1521, 8502, 1), (1521, 8502, 2), (254, 8502, 1), (3, 8502, 2), (600, 42000, 2), (40, 2_000_000, 1), (513, 10, 1)])
+def test_fluid_passes_fit_the_memory_budget_and_cost_alike(n_designs, n_requests, jobs):
+    from splitwise_plan import fluid
+    size = fluid.pass_size(n_designs, n_requests, jobs)
+    parts = -(-n_designs // size)
+    assert size <= fluid._MAX_PASS
+    assert size * n_requests * fluid._REQUEST_BYTES <= fluid.PASS_MEMORY or size <= 16
+    assert parts % jobs == 0 or parts == n_designs          # every worker gets alike work
+    assert n_designs - (parts - 1) * size >= size - parts   # no small last pass
+    if n_designs * n_requests * fluid._REQUEST_BYTES <= fluid.PASS_MEMORY and n_designs <= fluid._MAX_PASS and jobs == 1:
+        assert size == n_designs                            # one pass when it fits
