@@ -470,6 +470,9 @@ class _Run:
 
         ptok_f, ndec_f, W_f, q_end_f, q_tok_f = flat_views()
         n_dying = 0
+        # per request as Python floats: cheaper to index and to combine with arrays than numpy scalars
+        arrival, prompt, held, iters_l, join_l, xfer_l = (
+            x.tolist() for x in (self.a, self.s, self.mem, self.n - 1.0 + self.u, self.u, self.xfer))
         for i in range(N):
             if self.verdict is not None and i - checked >= _CHECK:
                 gone = self._hopeless(checked, i, pq, act, tau_req, pmach, dmach) & ~dying
@@ -484,8 +487,7 @@ class _Run:
                 if D == 0:
                     break
                 ptok_f, ndec_f, W_f, q_end_f, q_tok_f = flat_views()
-            t = self.a[i]
-            s, m = self.s[i], self.mem[i]
+            t, s, m = arrival[i], prompt[i], held[i]
             cur = int(t / _RING_S)
             if cur > last:
                 for k in range(last, min(cur, last + L)):
@@ -562,7 +564,7 @@ class _Run:
                 tau_p = ttab.take(toff + tok_p * K + np.minimum(d_p, _MAX_DECODES).astype(np.int64))
                 h = ((d_p > 0) & (W_f[fp] <= t)).nonzero()[0]   # an idle machine that is decoding
                 if h.size:
-                    W_f[fp[h]] = t + self.u[i] * tau_p[h]
+                    W_f[fp[h]] = t + join_l[i] * tau_p[h]
                 start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=tau_p, fj=fp)
                 # the decodes booked on that machine wait out the batch time it adds (less one iteration
                 # when they ride in a new mixed batch): their memory and decode-count releases move later
@@ -590,11 +592,11 @@ class _Run:
             q_end_f[fk] = end_p
             q_tok_f[fk] = s
             q_next[fp] = q_end_f[qh]
-            ready = end_p + apart * self.xfer[i]
+            ready = end_p + apart * xfer_l[i]
             # the decode: output-1 iterations at its machine's batch size, after joining a batch
             nd = np.minimum(ndec_f[ft] + 1.0, _MAX_DECODES).astype(np.int64)   # ndec >= 0
             tau = ttab.take(toff + (tj >= Cp) * K + nd)
-            end = ready + tau * (self.n[i] - 1.0 + self.u[i])
+            end = ready + tau * iters_l[i]
             book(fp, apart * (self.kv * (s + 1.0)), ready, ft, m, end)   # prompt KV freed after the transfer
             if pq.whole:   # no design dropped yet: whole rows
                 tau_req[i] = tau
@@ -760,6 +762,7 @@ class _PromptQueues:
         self.C = C
         self.ND = D                             # columns of the arrays over requests
         self.max_tokens = float(run.cfg.max_batch_tokens)
+        self.prompt = run.s.tolist()            # prompt tokens per request (Python floats index fast)
         self.rows = np.arange(D)                # the designs simulated: rows of the loop arrays
         self.row_base = self.rows * C           # + machine: flat (design, machine) index into them
         self.cols = np.arange(D)                # and their columns in the arrays over requests
@@ -799,7 +802,7 @@ class _PromptQueues:
         """
         ostart = self.ob_start_f[fj]
         otok = self.ob_tok_f[fj]
-        return ostart, otok, (ostart > t) & (otok + self.run.s[i] <= self.max_tokens)
+        return ostart, otok, (ostart > t) & (otok + self.prompt[i] <= self.max_tokens)
 
     def batch_start(self, i, t, j):
         """When request i's prompt batch would start on machine ``j`` of each design (as ``step``)."""
@@ -813,7 +816,7 @@ class _PromptQueues:
         Returns (batch start, added batch time, new batch?, decodes ride along?, prompt end).
         """
         run = self.run
-        s = run.s[i]
+        s = self.prompt[i]
         if fj is None:
             fj = self.flat(j)
         ostart, otok, joinable = self._join(i, t, fj)
