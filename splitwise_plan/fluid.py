@@ -391,10 +391,11 @@ class _Run:
             bj, ok_b = pick(bad, pen, key, lo, hi)
             r, c = bad[ok_b], bj[ok_b]
             if r.size:
-                role[r, c] = _MIXED
+                f = r * M + c
+                role.ravel()[f] = _MIXED
                 for x in (pen_p, pen_t, pkey, tkey):
-                    x[r, c] = inf
-                pen_m[r, c] = 0.0
+                    x.ravel()[f] = inf
+                pen_m.ravel()[f] = 0.0
                 any_mixed = True
             j[r] = c
             ok[r] = True
