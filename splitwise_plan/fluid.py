@@ -43,7 +43,6 @@ _RING_S = 0.25         # time resolution of the per-machine release ring
 _RING = 512            # buckets in the ring at most: releases up to 128 s ahead (see _Run.ring_buckets)
 _PENDING = 16          # prompts remembered per machine for JSQ and the queue-length rule (a power of two)
 _POSTPONE = 64         # buckets after a prompt batch whose releases it postpones (16 s)
-_INBOUND = 256         # buckets of the ring of decode starts: up to 64 s ahead
 _BLOCK_BITS = 3
 _BLOCK = 1 << _BLOCK_BITS   # buckets a machine keeps side by side in its rings (a block of 2 s)
 _PROMPT, _TOKEN, _MIXED, _ABSENT = 0, 1, 2, 3   # machine roles
@@ -285,7 +284,8 @@ class _Run:
         # these keep a borrowed machine in the mixed pool (the reference frees it once nothing runs
         # there); counted up at their start, by time bucket, and down with the ring's releases
         running = np.zeros((D, M))
-        starts = np.zeros((_INBOUND // B, D, M, B), dtype=np.int16)
+        starts = np.zeros(ring.shape, dtype=np.int16)   # laid out as the release ring
+        starts_flat = starts.reshape(-1)
         R = _PENDING
         q_end = np.full((D * M, R), np.inf)     # the last prompts queued on each machine (inf: a free slot)
         q_tok = np.zeros((D * M, R))
@@ -410,13 +410,13 @@ class _Run:
             booked = np.concatenate((sent, np.full(D, complex(m, 1.0))))   # memory + 1j * decodes
             amount = booked.real
             fr = f if ring_off is None else f + np.tile(ring_off, 2)   # their rows of the rings
-            ftr = fr[D:]
             # released at the bucket boundary nearest the time (not up to a bucket late)
             b = np.minimum(np.maximum(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last), last + L - 1)
-            starts.ravel()[at(np.minimum(b[:D], last + _INBOUND - 1), ftr, _INBOUND)] += 1
+            cell = at(b, fr, L)                 # (ready, prompt machine) and (end, token machine)
+            ring_flat[cell] += booked
+            starts_flat[cell[:D] + (ft - fp) * B] += 1   # (ready, token machine)
             smem.ravel()[f] += amount
             tkey.ravel()[f] += amount
-            ring_flat[at(b, fr, L)] += booked
             ndec.ravel()[ft] += 1.0
             pkey.ravel()[ft] += 1.0
 
@@ -498,10 +498,9 @@ class _Run:
                     ndec -= due.imag
                     running -= due.imag
                     bucket[...] = 0.0
-                    if k < last + _INBOUND:
-                        began = starts[k % _INBOUND // B, :, :, k % B]
-                        running += began if ring_off is None else began[act]
-                        began[...] = 0
+                    began = starts[k % L // B, :, :, k % B]
+                    running += began if ring_off is None else began[act]
+                    began[...] = 0
                 bucket = due = began = None
                 last = cur
                 if mixed_on and any_mixed:   # a borrowed machine goes home once nothing runs on it
@@ -607,7 +606,7 @@ class _Run:
                 tau_req[i, act] = tau
                 pmach[i, act] = pj
                 dmach[i, act] = tj
-        ring = ring_flat = starts = q_end = q_tok = q_end_f = q_tok_f = None   # free the loop's state first
+        ring = ring_flat = starts = starts_flat = q_end = q_tok = q_end_f = q_tok_f = None   # free the loop's state first
         ttft = pq.ttft()
         iters = (self.n - 1.0 + self.u)[:, None]
 
