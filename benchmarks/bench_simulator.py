@@ -249,7 +249,7 @@ def command_sweep(repeats: int, early: bool) -> None:
     mode = "stop-early" if early else "full"
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "splitwise_plan", "sweep", "--design", "HH", "--prompt", "1:39", "--token", "1:39",
-               "--rps", "70", "--csv", str(Path(tmp) / "sweep.csv"), "--jobs", "2", "--quiet"] + ["--stop-early"] * early
+               "--rps", "70", "--csv", str(Path(tmp) / "sweep.csv"), "--quiet"] + ["--stop-early"] * early
         walls, peak = [], 0.0
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -259,7 +259,7 @@ def command_sweep(repeats: int, early: bool) -> None:
                     raise subprocess.CalledProcessError(proc.returncode, cmd)
             walls.append(time.perf_counter() - t0)
             peak = max(peak, mem.peak_mib)
-    print(f"[speed:{mode}] the same sweep as a command (splitwise-plan sweep ... --jobs 2 --csv FILE), end to end: "
+    print(f"[speed:{mode}] the same sweep as a command (splitwise-plan sweep ... --csv FILE, its default workers: one per core), end to end: "
           f"{float(np.median(walls)):.1f} s wall, median of {_list(walls)}; "
           f"peak {peak:.0f} MiB for the command and its workers (target <= 1024 MiB)")
 

@@ -440,7 +440,9 @@ def sweep_cmd(
                                         help="Design-space map (like the paper's Fig. 12): .png, .svg or .html."),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method(),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Worker processes (0: one per core)."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=(
+        "Worker processes (default: one per core when the grid is worth it and memory allows; "
+        "0: one per core; 1: this process only).")),
     stop_early: bool = typer.Option(False, "--stop-early", help=(
         "Stop a Splitwise design once an SLO can no longer hold: same verdicts and passing rows, "
         "faster; failing rows then count their unfinished requests as +inf.")),
@@ -470,9 +472,11 @@ def sweep_cmd(
     _check_outputs(json_out, csv_out, plot)
     inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
                          seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method)
-    if jobs < 0:
+    if jobs is not None and jobs < 0:
         raise SplitwisePlanError(f"--jobs must be 0 (one per core) or more, got {jobs}")
     sim = inp.simulator(stop_early=stop_early)
+    if jobs is None:
+        jobs = sim.default_jobs(len(grid))
     results = run_grid(sim, d, grid, quiet=quiet, jobs=jobs or (os.cpu_count() or 1))
     best = optimum([design_point(r) for r in results])
     best_result = next((r for r in results if best and (r.prompt_machines, r.token_machines)

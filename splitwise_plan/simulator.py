@@ -27,6 +27,9 @@ from .slos import SLOSet, load_slos, reference_latencies
 from .workloads import RequestStream
 
 METHODS = ("fluid", "events")
+_WORKER_MEMORY = 200 * 2**20      # bytes a worker process takes besides its fluid pass (Python, numpy, the stream)
+_WORKER_START_S = 0.4             # seconds to start a worker: a run shorter than a few of these stays in-process
+_FLUID_S_PER_REQUEST = 0.8e-6     # CPU seconds a fluid pass spends per request and design, beyond its shared cost
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,25 @@ class Simulator:
         if progress is not None:
             progress(len(points))
         return out
+
+    def default_jobs(self, n_points: int, method: str | None = None) -> int:
+        """Worker processes a ``run_many`` of ``n_points`` is worth when the caller names none.
+
+        One per core, no more than the free memory holds (a fluid pass and a Python each), and
+        none where splitting the work saves less than starting the workers costs.
+        """
+        import os
+        from .fluid import PASS_MEMORY
+        method = method or self.method
+        per_point = 0.3 if method == "events" else _FLUID_S_PER_REQUEST * len(self.stream)
+        if n_points * per_point < 4 * _WORKER_START_S:
+            return 1
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        try:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):   # not a POSIX system: trust the cores
+            return max(1, cores)
+        return max(1, min(cores, free // (PASS_MEMORY + _WORKER_MEMORY)))
 
     def run_points(self, points: Iterable[Sequence], method: str | None = None) -> list[SimulationResult]:
         """Simulate (design, prompt, token) points of several designs, in order.

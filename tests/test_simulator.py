@@ -294,3 +294,19 @@ def test_fluid_passes_fit_the_memory_budget_and_cost_alike(n_designs, n_requests
     assert n_designs - (parts - 1) * size >= size - parts   # no small last pass
     if n_designs * n_requests * fluid._REQUEST_BYTES <= fluid.PASS_MEMORY and n_designs <= fluid._MAX_PASS and jobs == 1:
         assert size == n_designs                            # one pass when it fits
+
+
+def test_a_run_takes_workers_only_where_they_gain_and_memory_holds_them(monkeypatch):
+    import os
+    from splitwise_plan import fluid
+    short = Simulator(load_workload("coding").generate(5.0, duration_s=10.0, seed=0))
+    assert short.default_jobs(6) == 1                       # a fraction of a second of work: no workers
+    sim = Simulator(load_workload("coding").generate(70.0, duration_s=120.0, seed=0))
+    cores = len(os.sched_getaffinity(0))
+    page, real = os.sysconf("SC_PAGE_SIZE"), os.sysconf
+    free = {"pages": 2**40 // page}                         # a terabyte free
+    monkeypatch.setattr(os, "sysconf", lambda name: free["pages"] if name == "SC_AVPHYS_PAGES" else real(name))
+    assert sim.default_jobs(1521) == cores                  # the 39x39 grid: one per core
+    assert sim.default_jobs(3, method="events") == 1 and sim.default_jobs(40, method="events") == cores
+    free["pages"] = (fluid.PASS_MEMORY + 300 * 2**20) // page   # room for one worker only
+    assert sim.default_jobs(1521) == 1
