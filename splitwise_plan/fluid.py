@@ -369,7 +369,7 @@ class _Run:
             if q.size:   # the load is over the limit: is there a queue?
                 fq = f[q]
                 out[q] = (pq.ob_start.take(fq) > t) | (
-                    (dj[q] >= 0.5) & (W.take(fq) > t) & (pq.bcred[pq.ob_id.take(fq), act[r[q]]] <= 0.0))
+                    (dj[q] >= 0.5) & (W.take(fq) > t) & (pq.bcred_f[pq.ob_id.take(fq) * pq.ND + act[r[q]]] <= 0.0))
             return out
 
         def fits(r, j, m):
@@ -603,9 +603,9 @@ class _Run:
                 pmach[i] = pj
                 dmach[i] = tj
             else:
-                tau_req[i, act] = tau
-                pmach[i, act] = pj
-                dmach[i, act] = tj
+                tau_req[i][act] = tau           # a row, then its columns: cheaper than [i, act]
+                pmach[i][act] = pj
+                dmach[i][act] = tj
         ring = ring_flat = starts = starts_flat = q_end = q_tok = q_end_f = q_tok_f = None   # free the loop's state first
         ttft = pq.ttft()
         iters = (self.n - 1.0 + self.u)[:, None]
@@ -836,7 +836,7 @@ class _PromptQueues:
         if self.whole:
             self.rb[i] = bid
         else:
-            self.rb[i, self.cols] = bid
+            self.rb[i][self.cols] = bid
         self.ob_tok_f[fj] = new_tok
         self.ob_start_f[fj] = start
         self.ob_id_f[fj] = bid
