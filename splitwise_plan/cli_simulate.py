@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -396,25 +395,11 @@ def simulate_cmd(
 # --- sweep ------------------------------------------------------------------------------
 
 def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool = False,
-             batch: int | None = None, label: str = "sweep", jobs: int = 1) -> list:
-    """Evaluate design points with ``run_many`` (over ``jobs`` processes), with a progress bar.
-
-    One process runs them in batches (a fluid pass each, ``fluid.pass_size``; the oracle
-    runs them one by one), so the bar moves; several take them all and report each part.
-    """
-    jobs = max(1, jobs)
+             label: str = "sweep", jobs: int = 1) -> list:
+    """Evaluate design points with ``run_many`` (over ``jobs`` processes), with a progress bar
+    that moves as each fluid pass, oracle run or worker's part is done."""
     with progress(len(points), f"{label} {design.name} ({sim.method})", quiet=quiet) as bar:
-        if jobs > 1:
-            return sim.run_many(design, points, jobs=jobs, progress=bar.advance)
-        size = batch
-        if size is None and sim.method == "fluid":
-            from .fluid import pass_size
-            size = pass_size(len(points), len(sim.stream))
-        size = size or 1
-        results = []
-        for i in range(0, len(points), size):
-            results.extend(sim.run_many(design, points[i:i + size], progress=bar.advance))
-        return results
+        return sim.run_many(design, points, jobs=max(1, jobs), progress=bar.advance)
 
 
 @app.command("sweep", cls=ReportCommand)
@@ -450,6 +435,7 @@ def sweep_cmd(
     """Simulate a grid of machine counts of one design: one CSV row per design point (the paper's Fig. 12)."""
     from .plots import design_point, optimum, rank_key, write_plot
     from .reports import build_report, write_csv, write_json
+    from .simulator import cpu_cores
 
     d = get_design(design)
     if d.is_baseline:
@@ -477,7 +463,7 @@ def sweep_cmd(
     sim = inp.simulator(stop_early=stop_early)
     if jobs is None:
         jobs = sim.default_jobs(len(grid))
-    results = run_grid(sim, d, grid, quiet=quiet, jobs=jobs or (os.cpu_count() or 1))
+    results = run_grid(sim, d, grid, quiet=quiet, jobs=jobs or cpu_cores())
     best = optimum([design_point(r) for r in results])
     best_result = next((r for r in results if best and (r.prompt_machines, r.token_machines)
                         == (best["prompt"], best["token"])), None)

@@ -183,6 +183,8 @@ class _Run:
         self.batch_factor = np.array([1.0, MIXED_BATCH_FACTOR])   # a batch's time: plain, mixed
         # where in a running iteration each request joins: uniform on (0, 1), low-discrepancy
         self.u = np.modf(0.5 + np.arange(len(self.a)) * 0.6180339887498949)[0]
+        self.iters = self.n - 1.0 + self.u      # decode iterations of each request alone: joining, then output - 1
+        self.prompt = self.s.tolist()           # prompt tokens per request (Python floats index fast)
         if verdict is not None:
             # the least a batch holding x prompt tokens can take, on any machine of the design
             least = np.minimum(ptab_p, ptab_t)
@@ -215,7 +217,7 @@ class _Run:
         start = pq.bstart[pq.rb[lo:hi][:, cols], c]
         ttft = start - self.a[lo:hi, None] + self.least_prompt.take(
             self.poff[cols][None, :] + self.s[lo:hi].astype(np.int64)[:, None])
-        dec = (tau_req[lo:hi][:, cols] * (self.n[lo:hi, None] - 1.0 + self.u[lo:hi, None])
+        dec = (tau_req[lo:hi][:, cols] * self.iters[lo:hi, None]
                + np.where(pmach[lo:hi][:, cols] == dmach[lo:hi][:, cols], 0.0, self.xfer[lo:hi, None]))
         lb = {"ttft": ttft, "tbt": dec / self.n[lo:hi, None], "e2e": ttft + dec}
         for k, (metric, ref, limit, _) in enumerate(self.verdict.slos):
@@ -472,8 +474,8 @@ class _Run:
         ptok_f, ndec_f, W_f, q_end_f, q_tok_f = flat_views()
         n_dying = 0
         # per request as Python floats: cheaper to index and to combine with arrays than numpy scalars
-        arrival, prompt, held, iters_l, join_l, xfer_l = (
-            x.tolist() for x in (self.a, self.s, self.mem, self.n - 1.0 + self.u, self.u, self.xfer))
+        prompt = self.prompt
+        arrival, held, iters_l, join_l, xfer_l = (x.tolist() for x in (self.a, self.mem, self.iters, self.u, self.xfer))
         for i in range(N):
             if self.verdict is not None and i - checked >= _CHECK:
                 gone = self._hopeless(checked, i, pq, act, tau_req, pmach, dmach) & ~dying
@@ -608,7 +610,7 @@ class _Run:
                 dmach[i][act] = tj
         ring = ring_flat = starts = starts_flat = q_end = q_tok = q_end_f = q_tok_f = None   # free the loop's state first
         ttft = pq.ttft()
-        iters = (self.n - 1.0 + self.u)[:, None]
+        iters = self.iters[:, None]
 
         def decode(sl):
             """Designs ``sl``: when each decode starts (after the KV transfer) and its undelayed time."""
@@ -762,7 +764,7 @@ class _PromptQueues:
         self.C = C
         self.ND = D                             # columns of the arrays over requests
         self.max_tokens = float(run.cfg.max_batch_tokens)
-        self.prompt = run.s.tolist()            # prompt tokens per request (Python floats index fast)
+        self.prompt = run.prompt
         self.rows = np.arange(D)                # the designs simulated: rows of the loop arrays
         self.row_base = self.rows * C           # + machine: flat (design, machine) index into them
         self.cols = np.arange(D)                # and their columns in the arrays over requests

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -30,6 +31,11 @@ METHODS = ("fluid", "events")
 _WORKER_MEMORY = 200 * 2**20      # bytes a worker process takes besides its fluid pass (Python, numpy, the stream)
 _WORKER_START_S = 0.4             # seconds to start a worker: a run shorter than a few of these stays in-process
 _FLUID_S_PER_REQUEST = 0.8e-6     # CPU seconds a fluid pass spends per request and design, beyond its shared cost
+
+
+def cpu_cores() -> int:
+    """The cores this process may run on: "one worker per core"."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -184,7 +190,7 @@ class Simulator:
         fluid pass each (a run of consecutive points, dealt out in turn, so the parts cost
         alike; neighbours in a grid die alike, and a pass whose designs are all overloaded ends
         early), taken up by whichever worker is free; ``progress(n)`` is told as each part of
-        ``n`` points is done.
+        ``n`` points is done (in one process: each fluid pass, each oracle run).
         """
         method = method or self.method
         points = [tuple(pt) for pt in points]
@@ -211,12 +217,8 @@ class Simulator:
                     progress(len(idx))
             return merged
         if method == "events":
-            out = self._events(clusters)
-        else:
-            out = self._fluid(clusters)
-        if progress is not None:
-            progress(len(points))
-        return out
+            return self._events(clusters, progress)
+        return self._fluid(clusters, progress)
 
     def default_jobs(self, n_points: int, method: str | None = None) -> int:
         """Worker processes a ``run_many`` of ``n_points`` is worth when the caller names none.
@@ -224,13 +226,12 @@ class Simulator:
         One per core, no more than the free memory holds (a fluid pass and a Python each), and
         none where splitting the work saves less than starting the workers costs.
         """
-        import os
         from .fluid import PASS_MEMORY
         method = method or self.method
         per_point = 0.3 if method == "events" else _FLUID_S_PER_REQUEST * len(self.stream)
         if n_points * per_point < 4 * _WORKER_START_S:
             return 1
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = cpu_cores()
         try:
             free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (AttributeError, ValueError, OSError):   # not a POSIX system: trust the cores
@@ -255,15 +256,19 @@ class Simulator:
                     out[i] = r
         return out
 
-    def _events(self, clusters) -> list[SimulationResult]:
+    def _events(self, clusters, progress=None) -> list[SimulationResult]:
         from .oracle import simulate_events
-        outs = [simulate_events(c, self.stream) for c in clusters]
+        outs = []
+        for c in clusters:
+            outs.append(simulate_events(c, self.stream))
+            if progress is not None:
+                progress(1)
         ttft = np.stack([o.ttft for o in outs])
         e2e = np.stack([o.e2e for o in outs])
         util = [float(np.mean(o.busy_s) / max(o.horizon_s, 1e-9)) for o in outs]
         return self._results(clusters, ttft, e2e, util, [o.oom for o in outs], [False] * len(outs), "events")
 
-    def _fluid(self, clusters) -> list[SimulationResult]:
+    def _fluid(self, clusters, progress=None) -> list[SimulationResult]:
         """Clusters of one kind (Splitwise or baseline) through the fluid model, a pass at a time."""
         from .fluid import Verdict, pass_size, simulate_fluid
         verdict = Verdict.of(self.slos, self.reference, len(self.stream)) if self.stop_early else None
@@ -274,6 +279,8 @@ class Simulator:
             out = simulate_fluid(part, self.stream, self.overload_s, verdict)
             results += self._results(part, out.ttft, out.e2e, list(out.utilization), list(out.oom),
                                      list(out.overloaded), "fluid", list(out.failed))
+            if progress is not None:
+                progress(len(part))
         return results
 
     def _results(self, clusters, ttft, e2e, util, oom, over, method, failed=None) -> list[SimulationResult]:
