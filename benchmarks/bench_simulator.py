@@ -76,7 +76,7 @@ def oracle_agreement() -> None:
     """The fluid model against the discrete-event oracle: both models, varied designs, rates and both workloads."""
     for model, near in NEAR.items():
         agree = total = 0
-        errs = []
+        errs, util = [], []
         t0 = time.perf_counter()
         for workload in ("coding", "conversation"):
             for rate in RATES[model]:
@@ -89,13 +89,16 @@ def oracle_agreement() -> None:
                     for f, o in zip(fluid.run_many(design, pts), events.run_many(design, pts)):
                         total += 1
                         agree += f.slo_met == o.slo_met
+                        if not f.overloaded:
+                            util.append(abs(f.utilization - o.utilization))
                         if not o.overloaded and np.isfinite(_raw(o)).all():
                             errs.append(np.median(np.abs(_raw(f) / _raw(o) - 1)))
         rates = " and ".join(f"{r:g}" for r in RATES[model])
         print(f"[oracle] {model}: fluid vs discrete-event oracle, {total} points (6 designs x 3 sizes x {rates} req/s x "
               f"coding and conversation, 60 s streams): pass/fail agreement {agree}/{total} = {agree / total:.1%}, "
-              f"median relative error of the nine raw percentiles {np.median(errs):.1%} "
-              f"({time.perf_counter() - t0:.0f} s)")
+              f"median relative error of the nine raw percentiles {np.median(errs):.1%}; machine utilization "
+              f"within {np.median(util):.3f} (median) and {np.max(util):.3f} (max) of the oracle's, the points "
+              f"not overloaded ({time.perf_counter() - t0:.0f} s)")
 
 
 # points around each Splitwise design's cheapest designs at 70 req/s of coding: where the planner searches
@@ -108,7 +111,7 @@ FRONTIER = ([("HH", p, t) for p in (21, 23, 25, 27) for t in (2, 4, 5, 6, 8)]
 def frontier_agreement() -> None:
     """The fluid model against the oracle where the planner's search decides: near the frontier, 2-minute streams."""
     agree = total = 0
-    errs, missed = [], []
+    errs, missed, util = [], [], []
     t0 = time.perf_counter()
     for seed in (0, 1):
         stream = load_workload("coding").generate(70.0, duration_s=120.0, seed=seed)
@@ -118,11 +121,13 @@ def frontier_agreement() -> None:
             total += 1
             agree += f.slo_met == o.slo_met
             errs.append(np.median(np.abs(_raw(f) / _raw(o) - 1)))
+            util.append(abs(f.utilization - o.utilization))
             if f.slo_met != o.slo_met:
                 missed.append(f"seed {seed} {design} {p}+{t} ({f.tightest['ratio']:.2f} vs {o.tightest['ratio']:.2f})")
     print(f"[oracle] bloom-176b near the Splitwise frontiers (coding 70 req/s, 120 s, seeds 0 and 1, {total} points): "
           f"pass/fail agreement {agree}/{total} = {agree / total:.1%}, median relative error of the nine raw "
-          f"percentiles {np.median(errs):.1%}; missed (tightest SLO ratio, fluid vs oracle): {'; '.join(missed) or 'none'} "
+          f"percentiles {np.median(errs):.1%}, of the machine utilization {np.median(util):.3f} (max "
+          f"{np.max(util):.3f}); missed (tightest SLO ratio, fluid vs oracle): {'; '.join(missed) or 'none'} "
           f"({time.perf_counter() - t0:.0f} s)")
 
 

@@ -14,6 +14,8 @@ more than one. Per design it keeps:
   decodes, long prompt queues borrow token machines, full token machines borrow prompt
   machines, borrowed machines go home once nothing runs on them, though decodes routed there
   may still be on their way);
+- each machine's busy state (decodes running there, or prompt work queued), sampled at every
+  bucket boundary for the design's utilization;
 - decoding as ``output - 1`` iterations of the token-phase time at its machine's batch
   size, plus part of an iteration to join a running batch, after the KV transfer;
 - mixed batches as the machine-level scheduler builds them: prompts first, then the
@@ -287,6 +289,12 @@ class _Run:
         # there); counted up at their start, by time bucket, and down with the ring's releases
         running = np.zeros((D, M))
         starts = np.zeros(ring.shape, dtype=np.int16)   # laid out as the release ring
+        # utilization, sampled at every bucket boundary: a machine is busy while decodes run on it
+        # or its prompt queue has work; busy_s keeps the seconds of designs since dropped, and
+        # sampled_s how long a stopped design was sampled
+        busy = np.zeros((D, M))
+        busy_s = np.zeros(D)
+        sampled_s = np.full(D, np.nan)
         starts_flat = starts.reshape(-1)
         R = _PENDING
         q_end = np.full((D * M, R), np.inf)     # the last prompts queued on each machine (inf: a free slot)
@@ -451,8 +459,11 @@ class _Run:
             """Drop the overloaded designs from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, running, ring_off
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
-            nonlocal q_head, q_tail, q_next, ptok, cap, toff, n_dying
+            nonlocal q_head, q_tail, q_next, ptok, cap, toff, n_dying, busy
             keep = (~dying).nonzero()[0]
+            busy_s[act] += busy.sum(axis=1) * _RING_S
+            sampled_s[act[dying]] = last * _RING_S
+            busy = np.zeros((keep.size, M))
             pq.compact(keep)
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
             home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey = (
@@ -470,6 +481,23 @@ class _Run:
         def flat_views():
             """Flat views of the arrays the step indexes by flat (design, machine); new after compaction."""
             return ptok.reshape(-1), ndec.reshape(-1), W.reshape(-1), q_end.reshape(-1), q_tok.reshape(-1)
+
+        def advance(cur):
+            """Release the ring's buckets from ``last`` up to ``cur``, sampling after each which machines are busy."""
+            for k in range(last, min(cur, last + L)):
+                blk, pos = k % L // B, k % B
+                bucket = ring[blk, :, :, pos]
+                due = bucket if ring_off is None else bucket[act]   # the designs still simulated
+                np.subtract(smem, due.real, out=smem)
+                np.subtract(ndec, due.imag, out=ndec)
+                np.subtract(running, due.imag, out=running)
+                bucket[...] = 0.0
+                began = starts[blk, :, :, pos]
+                np.add(running, began if ring_off is None else began[act], out=running)
+                began[...] = 0
+                np.add(busy, (running >= 0.5) | (W > (k + 1) * _RING_S), out=busy)
+            if cur > last + L:   # no arrival for longer than the ring: nothing changes meanwhile
+                np.add(busy, ((running >= 0.5) | (W > cur * _RING_S)) * float(cur - last - L), out=busy)
 
         ptok_f, ndec_f, W_f, q_end_f, q_tok_f = flat_views()
         n_dying = 0
@@ -493,17 +521,7 @@ class _Run:
             t, s, m = arrival[i], prompt[i], held[i]
             cur = int(t / _RING_S)
             if cur > last:
-                for k in range(last, min(cur, last + L)):
-                    bucket = ring[k % L // B, :, :, k % B]
-                    due = bucket if ring_off is None else bucket[act]   # the designs still simulated
-                    smem -= due.real
-                    ndec -= due.imag
-                    running -= due.imag
-                    bucket[...] = 0.0
-                    began = starts[k % L // B, :, :, k % B]
-                    running += began if ring_off is None else began[act]
-                    began[...] = 0
-                bucket = due = began = None
+                advance(cur)
                 last = cur
                 if mixed_on and any_mixed:   # a borrowed machine goes home once nothing runs on it
                     idle = (role == _MIXED) & (running < 0.5) & (W <= t)
@@ -608,6 +626,14 @@ class _Run:
                 tau_req[i][act] = tau           # a row, then its columns: cheaper than [i, act]
                 pmach[i][act] = pj
                 dmach[i][act] = tj
+        if D:   # the machines work on after the last arrival: sample until nothing runs or is queued
+            end = last + L
+            live = ~dying                       # a stopped design's queue may reach far ahead
+            while last < end and ((running[live] >= 0.5).any() or (W[live] > last * _RING_S).any()):
+                advance(last + 1)
+                last += 1
+            busy_s[act] += busy.sum(axis=1) * _RING_S
+            sampled_s[act[dying]] = last * _RING_S
         ring = ring_flat = starts = starts_flat = q_end = q_tok = q_end_f = q_tok_f = None   # free the loop's state first
         ttft = pq.ttft()
         iters = self.iters[:, None]
@@ -630,28 +656,28 @@ class _Run:
         span = 2.0 * batch_end + max(float(np.nanmax(alone)), 0.0) + 10.0
         for sl in blocks:
             t1, base = decode(sl)   # again: keeping them for every design would cost 16 bytes a request each
-            busy = _MachineBusy(pq.bstart[:, sl], pq.bdur[:, sl], pq.bcred[:, sl], pq.leaders(sl), M,
-                                pmach[:, sl], dmach[:, sl], span)
-            alone[:, sl] += busy.delays(t1, base)
-        del t1, base, busy, pmach, dmach
-        pq.free("bstart", "bcred", "rb")   # what the outcome no longer needs
-        return self._outcome(pq, tau_req, ttft, alone, oom, stop, failed)
+            waits = _MachineBusy(pq.bstart[:, sl], pq.bdur[:, sl], pq.bcred[:, sl], pq.leaders(sl), M,
+                                 pmach[:, sl], dmach[:, sl], span)
+            alone[:, sl] += waits.delays(t1, base)
+        del t1, base, waits, pmach, dmach, tau_req
+        pq.free("bstart", "bcred", "rb", "bdur")   # what the outcome no longer needs
+        return self._outcome(busy_s, ttft, alone, oom, stop, failed, sampled_s)
 
-    def _outcome(self, pq, tau_req, ttft, last_token, oom, stop, failed) -> FluidOutcome:
-        """Per-request TTFT and E2E (designs x requests) and each design's utilization.
+    def _outcome(self, busy_s, ttft, last_token, oom, stop, failed, sampled_s=None) -> FluidOutcome:
+        """Per-request TTFT and E2E (designs x requests) and each design's utilization: its
+        machines' busy seconds (``busy_s``) over their time to the last token or, for a stopped
+        design, over the time it was simulated (``sampled_s``).
 
         Works in place on ``ttft`` and ``last_token`` (requests x designs, the caller's own).
         """
         for d in (stop < len(self.a)).nonzero()[0]:   # a stopped design's later requests are unfinished
             ttft[stop[d]:, d] = np.nan
             last_token[stop[d]:, d] = np.nan
-        horizon = np.maximum(np.nanmax(last_token, axis=0), 1e-9)
-        prompt_busy = pq.bdur.sum(axis=0)
-        pq.free("bdur")
-        # decode busy time: iterations of the pool, shared by the batch
-        decode_busy = np.minimum((tau_req * (self.n[:, None] - 1)).sum(axis=0) / 32.0,
-                                 np.maximum(self.ct, 1) * horizon)
-        util = np.clip((prompt_busy + decode_busy) / (self.machines * horizon), 0.0, 1.0)
+        horizon = np.nanmax(last_token, axis=0)
+        if sampled_s is not None:
+            horizon = np.where(np.isnan(sampled_s), horizon, sampled_s)
+        horizon = np.maximum(np.nan_to_num(horizon), 1e-9)
+        util = np.clip(busy_s / (self.machines * horizon), 0.0, 1.0)
         ttft_t = np.ascontiguousarray(ttft.T)
         del ttft
         last_token -= self.a[:, None]           # E2E
@@ -681,12 +707,26 @@ class _Run:
         dtau = np.zeros((D, self.C, K))        # their decode iteration times
         dreq = np.full((D, self.C, K), -1, dtype=np.int64)
         done = np.zeros((N + 1, D))            # last-token times; row N takes empty slots
-        tau_req = np.zeros((N, D))
         ttab, toff = self.ttab, self.toff       # token time on the machine (row 0 of each design's pair)
         inv_tps = (1.0 / self.tokens_per_s)[:, None]
         eps = 1e-9
+        busy = np.zeros((D, self.C))           # utilization, sampled as in splitwise()
+        sampled = 0                             # bucket boundaries sampled so far
+        last_end = np.zeros((D, self.C))       # when each machine's last decode ends
+
+        def sample(upto):
+            """Which machines are busy at each bucket boundary up to ``upto``: a decode has not ended
+            (one whose prompt is not done yet has its prompt batch queued) or prompt work is queued."""
+            nonlocal sampled
+            if upto > sampled:
+                work_end = np.maximum(last_end, W)
+                for k in range(sampled + 1, upto + 1):
+                    np.add(busy, work_end > k * _RING_S, out=busy)
+                sampled = upto
+
         for i in range(N):
             t = self.a[i]
+            sample(int(t / _RING_S))
             dec = _count(dend > t)                                 # decodes per machine
             # JSQ on pending work: queued prompt time plus one token per decode
             j = np.argmin(np.maximum(W, t) + dec * inv_tps + absent, axis=1)
@@ -716,7 +756,6 @@ class _Run:
             loss = delta[:, None] - np.where((fresh & ride)[:, None], dtau[rows, j], 0.0)
             dend[rows, j] = ends + np.where(ends > start[:, None] + half, np.maximum(loss, 0.0), 0.0)
             dready[rows, j] = rdy + np.where(rdy > start[:, None], delta[:, None], 0.0)   # a joined batch grew
-            tau_req[i] = tau
             slot = np.argmin(dend[rows, j], axis=1)
             old = dreq[rows, j, slot]
             done[np.where(old >= 0, old, N), rows] = dend[rows, j, slot]
@@ -724,10 +763,12 @@ class _Run:
             dready[rows, j, slot] = ready
             dtau[rows, j, slot] = tau
             dreq[rows, j, slot] = i
+            last_end[rows, j] = dend[rows, j].max(axis=1)
+        sample(int(max(dend.max(), W.max()) / _RING_S))   # the machines work on after the last arrival
         live = dreq >= 0
         done[dreq[live], np.broadcast_to(rows[:, None, None], dreq.shape)[live]] = dend[live]
         none = np.zeros(D, dtype=bool)
-        return self._outcome(pq, tau_req, pq.ttft(), done[:N], none, np.full(D, N), none)
+        return self._outcome(busy.sum(axis=1) * _RING_S, pq.ttft(), done[:N], none, np.full(D, N), none)
 
 
 def _count(flags) -> np.ndarray:

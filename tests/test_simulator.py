@@ -104,6 +104,8 @@ def test_fluid_tracks_the_oracle(design, n_prompt, n_token, rate, workload):
     f = np.array([fluid.latency_s[m][p] for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)])
     o = np.array([oracle.latency_s[m][p] for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)])
     assert np.median(np.abs(f / o - 1)) < 0.15, (f, o)
+    # the busy fraction of the machines, sampled every 0.25 s, against the oracle's busy time
+    assert fluid.utilization == pytest.approx(oracle.utilization, abs=0.05)
 
 
 def test_fluid_tracks_the_oracle_when_the_token_pool_is_starved():
@@ -113,6 +115,7 @@ def test_fluid_tracks_the_oracle_when_the_token_pool_is_starved():
     oracle = Simulator(stream, method="events").run("HHcap", 9, 2)
     assert fluid.latency_s["tbt"][90] == pytest.approx(oracle.latency_s["tbt"][90], rel=0.3)
     assert fluid.latency_s["e2e"][90] == pytest.approx(oracle.latency_s["e2e"][90], rel=0.3)
+    assert fluid.utilization == pytest.approx(oracle.utilization, abs=0.06)
 
 
 def test_a_batch_of_designs_gives_what_each_gives_alone():
@@ -122,6 +125,7 @@ def test_a_batch_of_designs_gives_what_each_gives_alone():
     batch = sim.run_many("HH", pts)
     for pt, r in zip(pts, batch):
         alone = sim.run("HH", *pt)
+        assert r.utilization == pytest.approx(alone.utilization, rel=1e-9)
         for metric, pcts in alone.latency_s.items():   # equal up to float summation order
             assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
 
@@ -136,6 +140,7 @@ def test_a_batch_of_several_designs_gives_what_each_gives_alone():
     for (design, p, t), r in zip(items, together):
         alone = sim.run(design, p, t)
         assert (r.design, r.prompt_machines, r.token_machines) == (alone.design, p, t)
+        assert r.utilization == pytest.approx(alone.utilization, rel=1e-9)
         for metric, pcts in alone.latency_s.items():
             assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
 
@@ -196,9 +201,11 @@ def test_an_overloaded_design_is_stopped_and_the_batch_is_unchanged():
     over = batch[0]
     assert over.overloaded and not over.slo_met
     assert 0 < over.completed < over.requests
+    assert over.utilization > 0.95          # saturated for as long as it was simulated
     for pt, r in zip(pts[1:], batch[1:]):
         alone = sim.run("HH", *pt)
         assert not r.overloaded and r.completed == r.requests
+        assert r.utilization == pytest.approx(alone.utilization, rel=1e-9)
         for metric, pcts in alone.latency_s.items():
             assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
 
