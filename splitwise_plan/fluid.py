@@ -20,7 +20,10 @@ more than one. Per design it keeps:
   size, plus part of an iteration to join a running batch, after the KV transfer;
 - mixed batches as the machine-level scheduler builds them: prompts first, then the
   decodes that fit in ``max_batch_tokens`` (1.1x batch time); a decode loses the
-  batch time less one iteration when it rides along, all of it when pre-empted. On
+  batch time less one iteration when it rides along, all of it when pre-empted. A prompt
+  longer than ``max_batch_tokens`` does not stop a running decode run (the reference pauses
+  a run only for what fits beside it): it waits until the run's first decode ends, a decode
+  joins, or a shorter prompt arrives. On
   baselines that delay is applied per machine as batches are scheduled (a prompt waits
   for the machine's iteration boundary; only the decodes running at the batch start
   ride), so routing sees each machine's true decode count; on Splitwise pools each
@@ -56,6 +59,7 @@ _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 _CHECK = 256            # requests between two verdict checks
 _POPCOUNT = getattr(np, "bitwise_count", None)   # numpy >= 2.0: counts decode slots fast (see _count)
 _BUSY_BLOCK = 32        # designs whose decode waits are solved together (memory grows with it)
+_RUN_WINDOW = 32        # buckets ahead (8 s) searched for the end of a decode run (a multiple of _BLOCK)
 
 
 @dataclass(frozen=True)
@@ -309,6 +313,9 @@ class _Run:
             return (x & -R) | ((x + 1) & (R - 1))
 
         q_next = np.full(D * M, np.inf)             # when the oldest of them is done
+        # machines whose last batch is a prompt too long to pause their decode run: it waits for
+        # the run to end, or for a shorter prompt that pauses it (see run_end and pull)
+        waiting = np.zeros(D * M, dtype=bool)
         ptok = np.zeros((D, M))                     # their tokens: the reference's pending prompt tokens
         tau_req = np.zeros((N, D))              # requests x designs: the loop writes rows in order
         dmach = np.zeros((N, D), dtype=np.int32)
@@ -335,6 +342,7 @@ class _Run:
             return b + (b >> _BLOCK_BITS) * (DM * B - B) + f * B
 
         max_pending = cfg.prompt_max_pending_tokens
+        max_tokens = cfg.max_batch_tokens
         mixed_on = cfg.mixed_pool
         last = 0
         inf = np.inf
@@ -350,6 +358,8 @@ class _Run:
         pkey, tkey = keys()                     # kept up to date by book(); rebuilt when roles change
         absent = np.where(exists, 0.0, inf)
         any_mixed = False
+        any_waiting = False
+        wait_until = 0.0                        # when the last of the waiting batches starts at the latest
 
         # keys of the cluster-level scheduler, for designs r and machines lo..hi
         def jsq(r, lo, hi):
@@ -455,11 +465,43 @@ class _Run:
             ring_flat[src] = 0.0
             ring_flat[dst] += vals
 
+        run_blocks = np.arange(_RUN_WINDOW // B)[None, :]
+
+        def run_end(rr, jj):
+            """When the run of decode iterations on machines ``jj`` of designs ``rr`` ends, as the
+            reference plans it: when its first decode ends, or a decode joins (a pause), whichever
+            comes first; read off the rings at their resolution, at most ``_RUN_WINDOW`` buckets ahead."""
+            f = (rr if ring_off is None else act[rr]) * M + jj
+            rows_b = (((last >> _BLOCK_BITS) + run_blocks) % (L // B)) * DM + f[:, None]
+            ends = ring.reshape(-1, B).take(rows_b, axis=0).reshape(f.size, -1).imag != 0
+            joins = starts.reshape(-1, B).take(rows_b, axis=0).reshape(f.size, -1) != 0
+            hit = ends | joins                  # past buckets of the first block are empty
+            first = hit.argmax(axis=1)
+            first[~hit.any(axis=1)] = _RUN_WINDOW - 1
+            return ((last & -B) + first + 1) * _RING_S
+
+        def pull(ff, when):
+            """A prompt short enough to pause the decode run arrives on flat machines ``ff`` (one per
+            design row): a long prompt waiting there for the run's end (``waiting``) starts at ``when``."""
+            k = waiting[ff].nonzero()[0]
+            if not k.size:
+                return
+            fk = ff[k]
+            dk = pq.ob_start_f[fk] - when[k]
+            ok = dk > 0
+            k, fk, dk = k[ok], fk[ok], dk[ok]
+            pq.bstart_f[pq.ob_id_f[fk] * pq.ND + act[k]] -= dk
+            W_f[fk] -= dk
+            pq.ob_start_f[fk] -= dk
+            q_end_f[(q_tail[fk] & -R) | ((q_tail[fk] - 1) & (R - 1))] -= dk   # its prompt: the machine's latest
+            q_next[fk] = q_end_f[q_head[fk]]
+            waiting[fk] = False
+
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, running, ring_off
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
-            nonlocal q_head, q_tail, q_next, ptok, cap, toff, n_dying, busy
+            nonlocal q_head, q_tail, q_next, ptok, cap, toff, n_dying, busy, waiting
             keep = (~dying).nonzero()[0]
             busy_s[act] += busy.sum(axis=1) * _RING_S
             sampled_s[act[dying]] = last * _RING_S
@@ -471,7 +513,8 @@ class _Run:
             running = running.take(keep, axis=0)
             ring_off = (act - rows) * M          # the rings keep the dropped designs' rows: no copy
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
-            q_head, q_tail, q_next = (x.reshape(-1, M).take(keep, axis=0).ravel() for x in (q_head, q_tail, q_next))
+            q_head, q_tail, q_next, waiting = (x.reshape(-1, M).take(keep, axis=0).ravel()
+                                               for x in (q_head, q_tail, q_next, waiting))
             q_head = (q_head & (R - 1)) + np.arange(q_head.size) * R   # the slots of the machines' new rows
             q_tail = (q_tail & (R - 1)) + np.arange(q_tail.size) * R
             ptok, cap, toff = ptok.take(keep, axis=0), cap.take(keep, axis=0), toff[keep]
@@ -519,6 +562,9 @@ class _Run:
                     break
                 ptok_f, ndec_f, W_f, q_end_f, q_tok_f = flat_views()
             t, s, m = arrival[i], prompt[i], held[i]
+            if any_waiting and t >= wait_until:   # every waiting batch has started
+                waiting[:] = False
+                any_waiting = False
             cur = int(t / _RING_S)
             if cur > last:
                 advance(cur)
@@ -585,7 +631,19 @@ class _Run:
                 h = ((d_p > 0) & (W_f[fp] <= t)).nonzero()[0]   # an idle machine that is decoding
                 if h.size:
                     W_f[fp[h]] = t + join_l[i] * tau_p[h]
+                g = h[:0]                       # machines where the prompt waits for the decode run's end
+                if s > max_tokens:   # too long to pause the run (unless its own decode, there too, does)
+                    g = h[(pj[h] != tj[h]) & (running.reshape(-1)[fp[h]] >= 0.5)]
+                    if g.size:
+                        W_f[fp[g]] = wait = np.maximum(W_f[fp[g]], run_end(g, pj[g]))
+                        any_waiting = True
+                        wait_until = max(wait_until, float(wait.max()))
+                elif any_waiting:   # short enough to pause the run where a long prompt waits
+                    pull(fp, t + join_l[i] * tau_p)
                 start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=tau_p, fj=fp)
+                if any_waiting:
+                    waiting[fp] = False         # the machine's last batch is this prompt's
+                    waiting[fp[g]] = True
                 # the decodes booked on that machine wait out the batch time it adds (less one iteration
                 # when they ride in a new mixed batch): their memory and decode-count releases move later
                 loss = delta - tau_p * (fresh & ride)
@@ -594,6 +652,8 @@ class _Run:
                     postpone(late, pj[late], start[late], loss[late])
             else:   # no decodes there: plain prompt batches
                 start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=0.0, fj=fp)
+                if any_waiting:
+                    waiting[fp] = False
             if start[start.argmax()] - t > self.overload_s:
                 over = (start - t > self.overload_s) & ~dying
                 dying |= over
