@@ -487,15 +487,15 @@ class _Run:
             if not k.size:
                 return
             fk = ff[k]
+            waiting[fk] = False                 # the machine's last batch will be this prompt's
             dk = pq.ob_start_f[fk] - when[k]
-            ok = dk > 0
+            ok = dk > 0                         # else the long prompt has started
             k, fk, dk = k[ok], fk[ok], dk[ok]
             pq.bstart_f[pq.ob_id_f[fk] * pq.ND + act[k]] -= dk
             W_f[fk] -= dk
             pq.ob_start_f[fk] -= dk
             q_end_f[(q_tail[fk] & -R) | ((q_tail[fk] - 1) & (R - 1))] -= dk   # its prompt: the machine's latest
             q_next[fk] = q_end_f[q_head[fk]]
-            waiting[fk] = False
 
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
@@ -631,19 +631,18 @@ class _Run:
                 h = ((d_p > 0) & (W_f[fp] <= t)).nonzero()[0]   # an idle machine that is decoding
                 if h.size:
                     W_f[fp[h]] = t + join_l[i] * tau_p[h]
-                g = h[:0]                       # machines where the prompt waits for the decode run's end
                 if s > max_tokens:   # too long to pause the run (unless its own decode, there too, does)
+                    if any_waiting:
+                        waiting[fp] = False     # the machine's last batch will be this prompt's
                     g = h[(pj[h] != tj[h]) & (running.reshape(-1)[fp[h]] >= 0.5)]
-                    if g.size:
+                    if g.size:   # it waits for the run's end
                         W_f[fp[g]] = wait = np.maximum(W_f[fp[g]], run_end(g, pj[g]))
+                        waiting[fp[g]] = True
                         any_waiting = True
                         wait_until = max(wait_until, float(wait.max()))
                 elif any_waiting:   # short enough to pause the run where a long prompt waits
                     pull(fp, t + join_l[i] * tau_p)
                 start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=tau_p, fj=fp)
-                if any_waiting:
-                    waiting[fp] = False         # the machine's last batch is this prompt's
-                    waiting[fp[g]] = True
                 # the decodes booked on that machine wait out the batch time it adds (less one iteration
                 # when they ride in a new mixed batch): their memory and decode-count releases move later
                 loss = delta - tau_p * (fresh & ride)
@@ -653,7 +652,7 @@ class _Run:
             else:   # no decodes there: plain prompt batches
                 start, delta, fresh, ride, end_p = pq.step(i, t, pj, d_p, tok_p, credit=0.0, fj=fp)
                 if any_waiting:
-                    waiting[fp] = False
+                    waiting[fp] = False         # the machine's last batch is this prompt's
             if start[start.argmax()] - t > self.overload_s:
                 over = (start - t > self.overload_s) & ~dying
                 dying |= over
