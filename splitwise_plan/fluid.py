@@ -312,6 +312,10 @@ class _Run:
             """The slot after flat slots ``x`` in their machines' rings (R is a power of two)."""
             return (x & -R) | ((x + 1) & (R - 1))
 
+        def prev_slot(x):
+            """The slot before flat slots ``x`` in their machines' rings."""
+            return (x & -R) | ((x - 1) & (R - 1))
+
         q_next = np.full(D * M, np.inf)             # when the oldest of them is done
         # machines whose last batch is a prompt too long to pause their decode run: it waits for
         # the run to end, or for a shorter prompt that pauses it (see run_end and pull)
@@ -440,6 +444,12 @@ class _Run:
             ndec.ravel()[ft] += 1.0
             pkey.ravel()[ft] += 1.0
 
+        def window_rows(rr, jj, b0, blocks):
+            """Ring rows (one block of ``B`` buckets each) of machines ``jj`` of designs ``rr``, for
+            ``blocks`` from block ``b0`` on: (machines, blocks); and the machines' flat rows."""
+            f = (rr if ring_off is None else act[rr]) * M + jj
+            return ((b0 + blocks) % (L // B)) * DM + f[:, None], f
+
         def postpone(rr, jj, start, loss):
             """Move the releases booked on machines ``jj`` of designs ``rr`` in the ``_POSTPONE``
             buckets after ``start`` later by ``loss`` seconds (farther ones stay where they are)."""
@@ -450,9 +460,8 @@ class _Run:
                 rr, jj, shift, first = rr[inside], jj[inside], shift[inside], first[inside]
             # the window holds few releases (one a decode): move only the buckets that hold any,
             # reading the window as whole blocks of the machine (64 bytes each)
-            f = (rr if ring_off is None else act[rr]) * M + jj
             b0 = first >> _BLOCK_BITS
-            rows_b = ((b0[:, None] + win_blocks) % (L // B)) * DM + f[:, None]   # (window, block) -> ring row
+            rows_b, f = window_rows(rr, jj, b0[:, None], win_blocks)
             held = ring.reshape(-1, B).take(rows_b, axis=0).reshape(-1, win_buckets.size).view(np.int64) != 0
             nz = (held & in_window.take(first & (B - 1), axis=0)).reshape(-1).nonzero()[0]
             if not nz.size:
@@ -471,8 +480,7 @@ class _Run:
             """When the run of decode iterations on machines ``jj`` of designs ``rr`` ends, as the
             reference plans it: when its first decode ends, or a decode joins (a pause), whichever
             comes first; read off the rings at their resolution, at most ``_RUN_WINDOW`` buckets ahead."""
-            f = (rr if ring_off is None else act[rr]) * M + jj
-            rows_b = (((last >> _BLOCK_BITS) + run_blocks) % (L // B)) * DM + f[:, None]
+            rows_b, f = window_rows(rr, jj, last >> _BLOCK_BITS, run_blocks)
             ends = ring.reshape(-1, B).take(rows_b, axis=0).reshape(f.size, -1).imag != 0
             joins = starts.reshape(-1, B).take(rows_b, axis=0).reshape(f.size, -1) != 0
             hit = ends | joins                  # past buckets of the first block are empty
@@ -494,8 +502,13 @@ class _Run:
             pq.bstart_f[pq.ob_id_f[fk] * pq.ND + act[k]] -= dk
             W_f[fk] -= dk
             pq.ob_start_f[fk] -= dk
-            q_end_f[(q_tail[fk] & -R) | ((q_tail[fk] - 1) & (R - 1))] -= dk   # its prompt: the machine's latest
+            q_end_f[prev_slot(q_tail[fk])] -= dk   # its prompt: the machine's latest
             q_next[fk] = q_end_f[q_head[fk]]
+
+        def flush_busy():
+            """Bank the busy samples of the designs simulated; the stopped ones were sampled until now."""
+            busy_s[act] += busy.sum(axis=1) * _RING_S
+            sampled_s[act[dying]] = last * _RING_S
 
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
@@ -503,8 +516,7 @@ class _Run:
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
             nonlocal q_head, q_tail, q_next, ptok, cap, toff, n_dying, busy, waiting
             keep = (~dying).nonzero()[0]
-            busy_s[act] += busy.sum(axis=1) * _RING_S
-            sampled_s[act[dying]] = last * _RING_S
+            flush_busy()
             busy = np.zeros((keep.size, M))
             pq.compact(keep)
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
@@ -691,8 +703,7 @@ class _Run:
             while last < end and ((running[live] >= 0.5).any() or (W[live] > last * _RING_S).any()):
                 advance(last + 1)
                 last += 1
-            busy_s[act] += busy.sum(axis=1) * _RING_S
-            sampled_s[act[dying]] = last * _RING_S
+            flush_busy()
         ring = ring_flat = starts = starts_flat = q_end = q_tok = q_end_f = q_tok_f = None   # free the loop's state first
         ttft = pq.ttft()
         iters = self.iters[:, None]

@@ -16,11 +16,14 @@ from __future__ import annotations
 import html
 import io
 import math
+import textwrap
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np   # (matplotlib is imported where it draws: a sweep without --plot needs none)
-import textwrap
+
+if TYPE_CHECKING:   # for the annotations only
+    from matplotlib.figure import Figure
 
 from . import __version__
 from .errors import SplitwisePlanError

@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np   # (pandas is imported where it is used: processes that only simulate need none)
+
+if TYPE_CHECKING:   # for the annotations only
+    import pandas as pd
 
 from .errors import SplitwisePlanError, choices
 from .latency_model import LatencyModel

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np   # (pandas is imported where it is used: processes that only simulate need none)
+
+if TYPE_CHECKING:   # for the annotations only
+    import pandas as pd
 
 from .errors import SplitwisePlanError, positive_number, choices
 from .paths import data_file, user_file
