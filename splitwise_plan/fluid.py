@@ -233,20 +233,23 @@ class _Run:
 
     # -- prompt pool ------------------------------------------------------------------
     def _batch_cost(self, tokens, decodes, poff, on_token=None):
-        """Time of a batch of ``tokens`` prompt tokens on a machine with ``decodes`` decoding requests.
+        """Time of a batch of ``tokens`` prompt tokens (per design, or one float for all) on a machine
+        with ``decodes`` decoding requests.
 
         As the machine-level scheduler: prompts first, then as many decodes as fit in
         ``max_batch_tokens`` (one token each); a batch with decodes is a mixed batch.
         ``poff`` is each design's row of the prompt-time tables. Returns (seconds, do decodes
-        ride along?).
+        ride along?). The tables need no clamp: a batch holds one prompt or prompts that fit in
+        ``max_batch_tokens``, and decodes ride only below it, so at most max(longest prompt,
+        ``max_batch_tokens``) tokens, within the tables (see ``__init__``).
         """
         mixed = np.count_nonzero(decodes)   # else plain prompt batches on every machine
         if mixed:
             ride = np.minimum(decodes, np.maximum(self.cfg.max_batch_tokens - tokens, 0.0))
-            idx = poff + np.minimum((tokens + ride).astype(np.int64), self.T - 1)
+            idx = poff + (tokens + ride).astype(np.int64)
         else:
             ride = decodes
-            idx = poff + np.minimum(tokens.astype(np.int64), self.T - 1)
+            idx = poff + (int(tokens) if isinstance(tokens, float) else tokens.astype(np.int64))
         secs = self.ptab_p.take(idx)
         if on_token is not None and self.other_hw and np.count_nonzero(on_token):   # borrowed token machines of other hardware
             secs = np.where(on_token, self.ptab_t.take(idx), secs)
@@ -308,9 +311,14 @@ class _Run:
         q_head = np.arange(D * M, dtype=np.int64) * R
         q_tail = q_head.copy()
 
+        # the slot after each flat slot in its machine's ring (R is a power of two): one gather is
+        # ~5x faster than the four operations that compute it (after compaction, the rows left are a prefix)
+        slot_after = np.arange(D * M * R, dtype=np.int64)
+        slot_after = (slot_after & -R) | ((slot_after + 1) & (R - 1))
+
         def next_slot(x):
-            """The slot after flat slots ``x`` in their machines' rings (R is a power of two)."""
-            return (x & -R) | ((x + 1) & (R - 1))
+            """The slot after flat slots ``x`` in their machines' rings."""
+            return slot_after.take(x)
 
         def prev_slot(x):
             """The slot before flat slots ``x`` in their machines' rings."""
@@ -333,11 +341,13 @@ class _Run:
         toff = self.toff                        # each design's rows of it
         DM = D * M                              # machines of the rings (they keep every design's rows)
         ring_off = None                         # once designs are dropped: each row's offset to its rows of the rings
+                                                # (twice over: book's prompt and token machines)
 
         win_blocks = np.arange(_POSTPONE // B + 1)[None, :]   # blocks a postpone window spans
         win_buckets = np.arange(win_blocks.size * B)[None, :]   # and their buckets
         # which of them the window holds, by the offset of its first bucket in its block
         in_window = (win_buckets >= np.arange(B)[:, None]) & (win_buckets < np.arange(B)[:, None] + _POSTPONE)
+        win_first = np.arange(D) * win_buckets.size   # where each machine's window starts in postpone's windows
 
         def at(b, f, n):
             """Flat index of bucket ``b`` (any integer) of flat machine ``f`` in a blocked ring of ``n`` buckets:
@@ -365,45 +375,50 @@ class _Run:
         any_waiting = False
         wait_until = 0.0                        # when the last of the waiting batches starts at the latest
 
-        # keys of the cluster-level scheduler, for designs r and machines lo..hi
-        def jsq(r, lo, hi):
+        # keys of the cluster-level scheduler, for designs r (all their machines)
+        def jsq(r):
             """The reference's sched_pending: prompt tokens routed and not yet done (the running
             batch included) plus one per booked decode."""
-            return (ptok.take(r, axis=0) + ndec.take(r, axis=0))[:, lo:hi]
+            return ptok.take(r, axis=0) + ndec.take(r, axis=0)
 
-        def memory(r, lo, hi):
-            return smem.take(r, axis=0)[:, lo:hi]
+        def memory(r):
+            return smem.take(r, axis=0)
 
-        def decodes(r, lo, hi):
-            return ndec.take(r, axis=0)[:, lo:hi]
+        def decodes(r):
+            return ndec.take(r, axis=0)
 
-        def pick(r, pen, key, lo, hi):
-            """Least ``key`` among machines lo..hi of designs r whose penalty is 0 (the others have inf)."""
-            j = (key(r, lo, hi) + pen.take(r, axis=0)[:, lo:hi]).argmin(axis=1) + lo
-            return j, pen.reshape(-1)[r * M + j] == 0.0
-
-        def long_queue(r, j, s):
-            """The reference's rule: the machine has a queue and its sched_pending (with this prompt)
-            exceeds the limit. Its queue is not empty while a prompt waits, or while a prompt batch
-            too large for them to ride in holds the machine's decodes back."""
+        def pick(r, pen, key, lo=0, hi=None):
+            """Least ``key`` among machines lo..hi (all without ``hi``) of designs r whose penalty is 0
+            (the others have inf): the machines, their flat indices, and whether they have penalty 0."""
+            if hi is None:
+                j = (key(r) + pen.take(r, axis=0)).argmin(axis=1)
+            else:
+                j = (key(r)[:, lo:hi] + pen.take(r, axis=0)[:, lo:hi]).argmin(axis=1)
+                j += lo
             f = r * M + j
-            dj = ndec.reshape(-1)[f]
-            out = ptok.reshape(-1)[f] + dj + s > max_pending
+            return j, f, pen.reshape(-1)[f] == 0.0
+
+        def long_queue(r, f, s):
+            """The reference's rule: the machine (flat indices ``f`` of designs ``r``) has a queue and its
+            sched_pending (with this prompt) exceeds the limit. Its queue is not empty while a prompt waits,
+            or while a prompt batch too large for them to ride in holds the machine's decodes back."""
+            dj = ndec_f[f]
+            out = ptok_f[f] + dj + s > max_pending
             q = out.nonzero()[0]
             if q.size:   # the load is over the limit: is there a queue?
                 fq = f[q]
-                out[q] = (pq.ob_start.take(fq) > t) | (
-                    (dj[q] >= 0.5) & (W.take(fq) > t) & (pq.bcred_f[pq.ob_id.take(fq) * pq.ND + act[r[q]]] <= 0.0))
+                out[q] = (pq.ob_start_f[fq] > t) | (
+                    (dj[q] >= 0.5) & (W_f[fq] > t) & (pq.bcred_f[pq.ob_id_f[fq] * pq.ND + act[r[q]]] <= 0.0))
             return out
 
-        def fits(r, j, m):
-            f = r * M + j
+        def fits(f, m):
+            """Do ``m`` more KV bytes fit on flat machines ``f``?"""
             return smem.reshape(-1)[f] + m < cap.reshape(-1)[f]
 
         def mixed(bad, key, j, ok, check):
             """Designs ``bad`` try the mixed pool's least-``key`` machine; returns those still without one."""
-            mj, ok_m = pick(bad, pen_m, key, 0, M)
-            ok_m &= check(bad, mj)
+            mj, fm, ok_m = pick(bad, pen_m, key)
+            ok_m &= check(bad, fm)
             got = bad[ok_m]
             j[got] = mj[ok_m]
             ok[got] = True
@@ -412,10 +427,10 @@ class _Run:
         def borrow(bad, pen, key, lo, hi, j, ok):
             """Designs ``bad`` lend the pool's least-``key`` machine (lo..hi) to the mixed pool and use it."""
             nonlocal any_mixed
-            bj, ok_b = pick(bad, pen, key, lo, hi)
+            bj, fb, ok_b = pick(bad, pen, key, lo, hi)
             r, c = bad[ok_b], bj[ok_b]
             if r.size:
-                f = r * M + c
+                f = fb[ok_b]
                 role.ravel()[f] = _MIXED
                 for x in (pen_p, pen_t, pkey, tkey):
                     x.ravel()[f] = inf
@@ -428,21 +443,27 @@ class _Run:
             """Book ``sent`` KV bytes on the prompt machines until ``ready``, ``m`` and a decode on the token machines until ``end``.
 
             ``fp`` and ``ft`` are flat (design, machine) indices. (Where both are one machine
-            ``sent`` is 0, so the duplicate index loses nothing.)
+            ``sent`` is 0, so the duplicate index loses nothing.) The keys change only where they are
+            finite: ``tkey`` not on the prompt machines (off the token pool, or ``sent`` is 0 where a
+            stuck design uses one machine), ``pkey`` on the token machines only where a stuck design
+            decodes on a prompt machine (the caller adds it there) or, with strict pools, always.
             """
             f = np.concatenate((fp, ft))
-            booked = np.concatenate((sent, np.full(D, complex(m, 1.0))))   # memory + 1j * decodes
+            booked = np.empty(2 * D, dtype=np.complex128)   # memory + 1j * decodes
+            booked[:D] = sent
+            booked[D:] = complex(m, 1.0)
             amount = booked.real
-            fr = f if ring_off is None else f + np.tile(ring_off, 2)   # their rows of the rings
+            fr = f if ring_off is None else f + ring_off   # their rows of the rings
             # released at the bucket boundary nearest the time (not up to a bucket late)
             b = np.minimum(np.maximum(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last), last + L - 1)
             cell = at(b, fr, L)                 # (ready, prompt machine) and (end, token machine)
             ring_flat[cell] += booked
             starts_flat[cell[:D] + (ft - fp) * B] += 1   # (ready, token machine)
             smem.ravel()[f] += amount
-            tkey.ravel()[f] += amount
+            tkey.ravel()[ft] += m
             ndec.ravel()[ft] += 1.0
-            pkey.ravel()[ft] += 1.0
+            if not mixed_on:
+                pkey.ravel()[ft] += 1.0
 
         def window_rows(rr, jj, b0, blocks):
             """Ring rows (one block of ``B`` buckets each) of machines ``jj`` of designs ``rr``, for
@@ -466,10 +487,12 @@ class _Run:
             nz = (held & in_window.take(first & (B - 1), axis=0)).reshape(-1).nonzero()[0]
             if not nz.size:
                 return
+            # nz = k * (window buckets) + (bucket in machine k's window): whole blocks of B, so its
+            # ring row is entry nz // B of rows_b; its target bucket is machine k's b0 * B + shift, plus nz
+            # less the k windows before it
+            src = rows_b.reshape(-1).take(nz >> _BLOCK_BITS) * B + (nz & (B - 1))
             k = nz // win_buckets.size
-            pos = nz - k * win_buckets.size
-            src = rows_b[k, pos >> _BLOCK_BITS] * B + (pos & (B - 1))
-            dst = at(b0[k] * B + pos + shift[k], f[k], L)   # distinct: one shift per machine
+            dst = at((b0 * B + shift - win_first[:b0.size]).take(k) + nz, f.take(k), L)   # distinct: one shift per machine
             vals = ring_flat[src]
             ring_flat[src] = 0.0
             ring_flat[dst] += vals
@@ -523,7 +546,7 @@ class _Run:
             home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey = (
                 x.take(keep, axis=0) for x in (home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey))
             running = running.take(keep, axis=0)
-            ring_off = (act - rows) * M          # the rings keep the dropped designs' rows: no copy
+            ring_off = np.tile((act - rows) * M, 2)   # the rings keep the dropped designs' rows: no copy
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
             q_head, q_tail, q_next, waiting = (x.reshape(-1, M).take(keep, axis=0).ravel()
                                                for x in (q_head, q_tail, q_next, waiting))
@@ -606,7 +629,7 @@ class _Run:
             ok_p = load < inf
             q = ((load + s > max_pending) & ok_p).nonzero()[0]
             if q.size:   # over the limit: long if the machine has a queue (as long_queue)
-                ok_p[q] = ~long_queue(q, pj[q], s)
+                ok_p[q] = ~long_queue(q, fp[q], s)
             # token machine: least booked memory that still fits (tkey is inf off the token pool)
             tj = tkey.argmin(axis=1)
             ft = pq.flat(tj)
@@ -617,19 +640,20 @@ class _Run:
                     bad_p, bad_t = (~ok_p).nonzero()[0], (~ok_t).nonzero()[0]
                     if any_mixed:   # then the mixed pool
                         if bad_p.size:
-                            bad_p = mixed(bad_p, jsq, pj, ok_p, lambda r, j: ~long_queue(r, j, s))
+                            bad_p = mixed(bad_p, jsq, pj, ok_p, lambda r, f: ~long_queue(r, f, s))
                         if bad_t.size:
-                            bad_t = mixed(bad_t, memory, tj, ok_t, lambda r, j: fits(r, j, m))
+                            bad_t = mixed(bad_t, memory, tj, ok_t, lambda r, f: fits(f, m))
                     if bad_p.size:   # then borrow a token machine for prompts
                         borrow(bad_p, pen_t, decodes, Cp, M, pj, ok_p)
                     if bad_t.size:   # and a prompt machine for decodes
                         borrow(bad_t, pen_p, memory, 0, Cp, tj, ok_t)
                     stuck = (~(ok_p & ok_t)).nonzero()[0]
                     if stuck.size:   # nowhere to go: prompt and decode on the least loaded machine
-                        fj, _ = pick(stuck, absent, jsq, 0, M)
+                        fj, ff, _ = pick(stuck, absent, jsq)
                         pj[stuck] = fj
                         tj[stuck] = fj
-                        oom[act[stuck]] |= ~fits(stuck, fj, m)
+                        oom[act[stuck]] |= ~fits(ff, m)
+                        pkey.ravel()[ff] += 1.0   # their decode is booked there (see book)
                     fp = pq.flat(pj)
                     ft = pq.flat(tj)
             else:   # strict pools: wait for memory on the token pool
@@ -933,6 +957,8 @@ class _PromptQueues:
         if fj is None:
             fj = self.flat(j)
         ostart, otok, joinable = self._join(i, t, fj)
+        if not np.count_nonzero(joinable):
+            return self._open(i, t, fj, s, decodes, on_token, credit, joinable)
         new_tok = s + otok * joinable
         new_cost, rides = run._batch_cost(new_tok, decodes, self.poff, on_token)
         bid = np.where(joinable, self.ob_id_f[fj], i)
@@ -945,7 +971,7 @@ class _PromptQueues:
         self.bstart_f[fb] = start
         self.bdur_f[fb] = new_cost
         if credit is not None:
-            self.bcred_f[fb] = credit * rides if np.ndim(credit) else credit
+            self.bcred_f[fb] = credit * rides if isinstance(credit, np.ndarray) else credit
         if self.whole:
             self.rb[i] = bid
         else:
@@ -954,6 +980,33 @@ class _PromptQueues:
         self.ob_start_f[fj] = start
         self.ob_id_f[fj] = bid
         return start, new_cost - old_cost, ~joinable, rides, end
+
+    def _open(self, i, t, fj, s, decodes, on_token, credit, joinable):
+        """``step`` where no design joins a batch (most requests of lightly loaded designs): each opens
+        one of ``s`` tokens in request i's own row (still empty: no batch time to take back), written
+        as a row rather than scattered."""
+        new_cost, rides = self.run._batch_cost(s, decodes, self.poff, on_token)
+        start = np.maximum(self.W_f[fj], t)
+        end = start + new_cost
+        self.W_f[fj] = end
+        cred = None if credit is None else credit * rides if isinstance(credit, np.ndarray) else credit
+        if self.whole:
+            self.bstart[i] = start
+            self.bdur[i] = new_cost
+            if cred is not None:
+                self.bcred[i] = cred
+            self.rb[i] = i
+        else:
+            cols = self.cols
+            self.bstart[i][cols] = start
+            self.bdur[i][cols] = new_cost
+            if cred is not None:
+                self.bcred[i][cols] = cred
+            self.rb[i][cols] = i
+        self.ob_tok_f[fj] = s
+        self.ob_start_f[fj] = start
+        self.ob_id_f[fj] = i
+        return start, new_cost, ~joinable, rides, end
 
     def compact(self, keep) -> None:
         """Go on simulating only the designs at rows ``keep``."""
