@@ -1021,8 +1021,8 @@ class _PromptQueues:
 
     def ttft(self) -> np.ndarray:
         """Arrival to the end of each request's prompt batch (requests x designs)."""
-        cols = np.arange(self.rb.shape[1])[None, :]
-        return self.bstart[self.rb, cols] + self.bdur[self.rb, cols] - self.run.a[:, None]
+        at = np.multiply(self.rb, self.rb.shape[1], dtype=np.int64) + np.arange(self.rb.shape[1])   # flat (leader, design)
+        return self.bstart.ravel().take(at) + self.bdur.ravel().take(at) - self.run.a[:, None]
 
     def leaders(self, sl: slice) -> np.ndarray:
         """Requests x designs ``sl``: True where the request opened its batch."""
@@ -1039,30 +1039,33 @@ class _MachineBusy:
 
     def __init__(self, bstart, bdur, bcred, leaders, C: int, prompt_machine, token_machine, span: float) -> None:
         """Requests x designs: each batch's start, duration and credit (at its leader request),
-        the leaders, each request's prompt and token machine; ``span``: the axis per machine."""
+        the leaders, each request's prompt and token machine; ``span``: the axis per machine.
+
+        Works on flat (request, design) indices: a count per machine and gathers by index cost
+        a fraction of boolean masks and 2-D fancy indexing over these column slices."""
         N, D = prompt_machine.shape
         cols = np.arange(D)[None, :]
         self.C = C
         self.span = span
-        ran_prompts = np.zeros((D, C), dtype=bool)
-        ran_prompts[cols, prompt_machine] = True
-        ran_decodes = np.zeros((D, C), dtype=bool)
-        ran_decodes[cols, token_machine] = True
-        self.token_machine = token_machine
-        self.mask = ran_prompts[cols, token_machine]   # only these decodes can wait for prompt batches
-        batch = leaders & ran_decodes[cols, prompt_machine]
-        d_idx = np.broadcast_to(cols, batch.shape)[batch]
-        machine = d_idx * C + prompt_machine[batch]
+        pm = (cols * C + prompt_machine).ravel()   # flat (design, machine) of each request's prompt
+        tm = (cols * C + token_machine).ravel()    # and of its decode
+        ran_prompts = np.bincount(pm, minlength=D * C) > 0
+        ran_decodes = np.bincount(tm, minlength=D * C) > 0
+        self.tm = tm
+        self.mask = ran_prompts.take(tm)       # only these decodes can wait for prompt batches
+        batch = np.flatnonzero(np.ravel(leaders) & ran_decodes.take(pm))
+        machine = pm.take(batch)
         order = _by_machine(machine, D * C)    # a machine's batches are in time order (FCFS)
-        keys = machine[order].astype(np.float64) * self.span + bstart[batch][order]
+        at = batch.take(order)
+        keys = machine.take(order).astype(np.float64) * self.span + np.ravel(bstart).take(at)
         if np.count_nonzero(keys[1:] < keys[:-1]):   # never seen; sort them if it happens
             o2 = np.argsort(keys, kind="stable")
-            order, keys = order[o2], keys[o2]
+            at, keys = at[o2], keys[o2]
         self.k_start = keys
-        self.k_len = bdur[batch][order]
+        self.k_len = np.ravel(bdur).take(at)
         # what each batch takes from the decodes of its machine: all of it, less one decode
         # iteration in a mixed batch they ride in; and the machine's idle (decode) time before it
-        self.eff = np.maximum(self.k_len - bcred[batch][order], 0.0)
+        self.eff = np.maximum(self.k_len - np.ravel(bcred).take(at), 0.0)
         self.eff_cum = np.concatenate([[0.0], np.cumsum(self.eff)])
         self.idle_at = self.k_start - self.eff_cum[:-1]
 
@@ -1075,22 +1078,21 @@ class _MachineBusy:
         come back to back; no fixed-point rounds.
         """
         out = np.zeros(t1.shape)
-        mask = self.mask & np.isfinite(t1)
+        mask = self.mask & np.isfinite(t1).ravel()
         if self.k_start.size == 0 or not mask.any():
             return out
         # the queries machine by machine, each machine's in request order (nearly in time order):
         # the binary searches then walk the axis forward (a stable sort of small integers is cheap)
-        d_idx = np.broadcast_to(np.arange(t1.shape[1])[None, :], t1.shape)[mask]
-        machine = d_idx * self.C + self.token_machine[mask]
+        q = np.flatnonzero(mask)                # flat (request, design) of each query
+        machine = self.tm.take(q)
         order = _by_machine(machine, t1.shape[1] * self.C)
-        a = machine[order].astype(np.float64) * self.span + t1[mask][order]
-        work = base[mask][order]
+        q = q.take(order)
+        a = machine.take(order).astype(np.float64) * self.span + np.ravel(t1).take(q)
+        work = np.ravel(base).take(q)
         idx = np.searchsorted(self.k_start, a, side="right") - 1
         prev = np.maximum(idx, 0)
         taken = np.where(idx >= 0, self.eff_cum[prev] + np.clip(a - self.k_start[prev], 0.0, self.eff[prev]), 0.0)
         target = a - taken + work               # idle-time coordinate to reach
         k = np.searchsorted(self.idle_at, target, side="left")
-        back = np.empty_like(a)
-        back[order] = target + self.eff_cum[k] - a - work   # the end lies in the idle gap before batch k
-        out[mask] = back
+        out.ravel()[q] = target + self.eff_cum[k] - a - work   # the end lies in the idle gap before batch k
         return out
