@@ -338,7 +338,9 @@ class _Run:
         checked = 0                             # requests counted by the verdict so far
         dying = np.zeros(D, dtype=bool)
         ttab, K = self.ttab, self.K             # token time by (hardware, on a token machine?, batch size)
-        toff = self.toff                        # each design's rows of it
+        # each machine's row of it (each design's pair, on a token machine or not), flat
+        tofs = (self.toff[:, None] + (col >= Cp) * K).ravel()
+        ttab_next = ttab[1:]                    # at one decode more: ttab_next.take(x) is ttab.take(x + 1)
         DM = D * M                              # machines of the rings (they keep every design's rows)
         ring_off = None                         # once designs are dropped: each row's offset to its rows of the rings
                                                 # (twice over: book's prompt and token machines)
@@ -349,11 +351,17 @@ class _Run:
         in_window = (win_buckets >= np.arange(B)[:, None]) & (win_buckets < np.arange(B)[:, None] + _POSTPONE)
         win_first = np.arange(D) * win_buckets.size   # where each machine's window starts in postpone's windows
 
-        def at(b, f, n):
-            """Flat index of bucket ``b`` (any integer) of flat machine ``f`` in a blocked ring of ``n`` buckets:
-            (b // B * DM + f) * B + b % B, in fewer operations (B is a power of two)."""
-            b = b % n
-            return b + (b >> _BLOCK_BITS) * (DM * B - B) + f * B
+        # the flat index of bucket b of flat machine f in the blocked rings is (b % L // B * DM + f) * B + b % B:
+        # tabulated for machine 0 (add f * B) by bucket from ``lap()`` on, one gather instead of five
+        # operations, and so the ring row of each block (add f). Four laps of the ring cover every
+        # bucket the loop reads or writes (from a block before ``last`` to a block past ``last + L``)
+        bucket_cell = np.arange(4 * L) % L
+        bucket_cell = (bucket_cell // B * DM) * B + bucket_cell % B
+        block_row = np.arange(4 * L // B) % (L // B) * DM
+
+        def lap():
+            """The first bucket of the lap before ``last``'s (a multiple of ``L``): where the tables start."""
+            return last - last % L - L
 
         max_pending = cfg.prompt_max_pending_tokens
         max_tokens = cfg.max_batch_tokens
@@ -387,28 +395,27 @@ class _Run:
         def decodes(r):
             return ndec.take(r, axis=0)
 
-        def pick(r, pen, key, lo=0, hi=None):
-            """Least ``key`` among machines lo..hi (all without ``hi``) of designs r whose penalty is 0
-            (the others have inf): the machines, their flat indices, and whether they have penalty 0."""
-            if hi is None:
-                j = (key(r) + pen.take(r, axis=0)).argmin(axis=1)
-            else:
-                j = (key(r)[:, lo:hi] + pen.take(r, axis=0)[:, lo:hi]).argmin(axis=1)
-                j += lo
+        def pick(r, pen, key):
+            """Least ``key`` among the machines of designs r whose penalty is 0 (the others have inf):
+            the machines, their flat indices, and whether they have penalty 0. Over whole rows, also
+            for a pool (its penalty is inf off it): contiguous rows are faster than column slices."""
+            j = (key(r) + pen.take(r, axis=0)).argmin(axis=1)
             f = r * M + j
             return j, f, pen.reshape(-1)[f] == 0.0
 
+        def has_queue(r, f):
+            """Is the queue of flat machines ``f`` of designs ``r`` not empty? It is while a prompt waits,
+            or while a prompt batch too large for them to ride in holds the machine's decodes back."""
+            return (pq.ob_start_f[f] > t) | (
+                (ndec_f[f] >= 0.5) & (W_f[f] > t) & (pq.bcred_f[pq.ob_id_f[f] * pq.ND + act[r]] <= 0.0))
+
         def long_queue(r, f, s):
             """The reference's rule: the machine (flat indices ``f`` of designs ``r``) has a queue and its
-            sched_pending (with this prompt) exceeds the limit. Its queue is not empty while a prompt waits,
-            or while a prompt batch too large for them to ride in holds the machine's decodes back."""
-            dj = ndec_f[f]
-            out = ptok_f[f] + dj + s > max_pending
+            sched_pending (with this prompt) exceeds the limit."""
+            out = ptok_f[f] + ndec_f[f] + s > max_pending
             q = out.nonzero()[0]
             if q.size:   # the load is over the limit: is there a queue?
-                fq = f[q]
-                out[q] = (pq.ob_start_f[fq] > t) | (
-                    (dj[q] >= 0.5) & (W_f[fq] > t) & (pq.bcred_f[pq.ob_id_f[fq] * pq.ND + act[r[q]]] <= 0.0))
+                out[q] = has_queue(r[q], f[q])
             return out
 
         def fits(f, m):
@@ -424,10 +431,11 @@ class _Run:
             ok[got] = True
             return bad[~ok_m]
 
-        def borrow(bad, pen, key, lo, hi, j, ok):
-            """Designs ``bad`` lend the pool's least-``key`` machine (lo..hi) to the mixed pool and use it."""
+        def borrow(bad, pen, key, j, ok):
+            """Designs ``bad`` lend the least-``key`` machine of the pool of penalty ``pen`` to the mixed
+            pool and use it; returns those still without one."""
             nonlocal any_mixed
-            bj, fb, ok_b = pick(bad, pen, key, lo, hi)
+            bj, fb, ok_b = pick(bad, pen, key)
             r, c = bad[ok_b], bj[ok_b]
             if r.size:
                 f = fb[ok_b]
@@ -438,6 +446,7 @@ class _Run:
                 any_mixed = True
             j[r] = c
             ok[r] = True
+            return bad[~ok_b]
 
         def book(fp, sent, ready, ft, m, end):
             """Book ``sent`` KV bytes on the prompt machines until ``ready``, ``m`` and a decode on the token machines until ``end``.
@@ -453,12 +462,14 @@ class _Run:
             booked[:D] = sent
             booked[D:] = complex(m, 1.0)
             amount = booked.real
-            fr = f if ring_off is None else f + ring_off   # their rows of the rings
-            # released at the bucket boundary nearest the time (not up to a bucket late)
-            b = np.minimum(np.maximum(np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - 1, last), last + L - 1)
-            cell = at(b, fr, L)                 # (ready, prompt machine) and (end, token machine)
+            fb = (f if ring_off is None else f + ring_off) * B   # their rows of the rings, in cells
+            # released at the bucket boundary nearest the time (not up to a bucket late), from lap() on
+            b_lap = lap()
+            b = np.rint(np.concatenate((ready, end)) / _RING_S).astype(np.int64) - (b_lap + 1)
+            b = np.minimum(np.maximum(b, last - b_lap), last - b_lap + L - 1)
+            cell = bucket_cell.take(b) + fb     # (ready, prompt machine) and (end, token machine)
             ring_flat[cell] += booked
-            starts_flat[cell[:D] + (ft - fp) * B] += 1   # (ready, token machine)
+            starts_flat[bucket_cell.take(b[:D]) + fb[D:]] += 1   # (ready, token machine)
             smem.ravel()[f] += amount
             tkey.ravel()[ft] += m
             ndec.ravel()[ft] += 1.0
@@ -467,33 +478,38 @@ class _Run:
 
         def window_rows(rr, jj, b0, blocks):
             """Ring rows (one block of ``B`` buckets each) of machines ``jj`` of designs ``rr``, for
-            ``blocks`` from block ``b0`` on: (machines, blocks); and the machines' flat rows."""
+            ``blocks`` from block ``b0`` on (counted from ``lap()``): (machines, blocks); and the machines' flat rows."""
             f = (rr if ring_off is None else act[rr]) * M + jj
-            return ((b0 + blocks) % (L // B)) * DM + f[:, None], f
+            return block_row.take(b0 + blocks) + f[:, None], f
 
         def postpone(rr, jj, start, loss):
             """Move the releases booked on machines ``jj`` of designs ``rr`` in the ``_POSTPONE``
             buckets after ``start`` later by ``loss`` seconds (farther ones stay where they are)."""
             shift = np.rint(loss / _RING_S).astype(np.int64)
             first = np.maximum((start / _RING_S).astype(np.int64) + 1, last)
-            inside = first + _POSTPONE + shift <= last + L   # else the batch is too far ahead for the ring: leave it
+            b_lap = lap()
+            first -= b_lap                      # buckets and blocks from lap() on (the tables')
+            inside = first + shift <= last - b_lap + L - _POSTPONE   # else the batch is too far ahead for the ring: leave it
             if np.count_nonzero(inside) < inside.size:
                 rr, jj, shift, first = rr[inside], jj[inside], shift[inside], first[inside]
             # the window holds few releases (one a decode): move only the buckets that hold any,
             # reading the window as whole blocks of the machine (64 bytes each)
             b0 = first >> _BLOCK_BITS
             rows_b, f = window_rows(rr, jj, b0[:, None], win_blocks)
-            held = ring.reshape(-1, B).take(rows_b, axis=0).reshape(-1, win_buckets.size).view(np.int64) != 0
+            win = ring.reshape(-1, B).take(rows_b, axis=0).reshape(-1)
+            held = win.view(np.int64).reshape(-1, win_buckets.size) != 0
             nz = (held & in_window.take(first & (B - 1), axis=0)).reshape(-1).nonzero()[0]
             if not nz.size:
                 return
-            # nz = k * (window buckets) + (bucket in machine k's window): whole blocks of B, so its
-            # ring row is entry nz // B of rows_b; its target bucket is machine k's b0 * B + shift, plus nz
-            # less the k windows before it
-            src = rows_b.reshape(-1).take(nz >> _BLOCK_BITS) * B + (nz & (B - 1))
+            # nz = k * (window buckets) + (bucket in machine k's window): its bucket is machine k's
+            # b0 * B, plus nz less the k windows before it; its target that plus the machine's shift
             k = nz // win_buckets.size
-            dst = at((b0 * B + shift - win_first[:b0.size]).take(k) + nz, f.take(k), L)   # distinct: one shift per machine
-            vals = ring_flat[src]
+            src = (b0 * B - win_first[:b0.size]).take(k) + nz
+            dst = bucket_cell.take(src + shift.take(k))   # distinct: one shift per machine
+            fb = (f * B).take(k)
+            src = bucket_cell.take(src) + fb
+            dst += fb
+            vals = win[nz]
             ring_flat[src] = 0.0
             ring_flat[dst] += vals
 
@@ -503,12 +519,12 @@ class _Run:
             """When the run of decode iterations on machines ``jj`` of designs ``rr`` ends, as the
             reference plans it: when its first decode ends, or a decode joins (a pause), whichever
             comes first; read off the rings at their resolution, at most ``_RUN_WINDOW`` buckets ahead."""
-            rows_b, f = window_rows(rr, jj, last >> _BLOCK_BITS, run_blocks)
+            rows_b, f = window_rows(rr, jj, (last - lap()) >> _BLOCK_BITS, run_blocks)
             ends = ring.reshape(-1, B).take(rows_b, axis=0).reshape(f.size, -1).imag != 0
             joins = starts.reshape(-1, B).take(rows_b, axis=0).reshape(f.size, -1) != 0
             hit = ends | joins                  # past buckets of the first block are empty
+            hit[:, -1] = True                   # none within the window: its last bucket
             first = hit.argmax(axis=1)
-            first[~hit.any(axis=1)] = _RUN_WINDOW - 1
             return ((last & -B) + first + 1) * _RING_S
 
         def pull(ff, when):
@@ -537,7 +553,7 @@ class _Run:
             """Drop the overloaded designs from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, running, ring_off
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
-            nonlocal q_head, q_tail, q_next, ptok, cap, toff, n_dying, busy, waiting
+            nonlocal q_head, q_tail, q_next, ptok, cap, tofs, n_dying, busy, waiting
             keep = (~dying).nonzero()[0]
             flush_busy()
             busy = np.zeros((keep.size, M))
@@ -552,7 +568,8 @@ class _Run:
                                                for x in (q_head, q_tail, q_next, waiting))
             q_head = (q_head & (R - 1)) + np.arange(q_head.size) * R   # the slots of the machines' new rows
             q_tail = (q_tail & (R - 1)) + np.arange(q_tail.size) * R
-            ptok, cap, toff = ptok.take(keep, axis=0), cap.take(keep, axis=0), toff[keep]
+            ptok, cap = ptok.take(keep, axis=0), cap.take(keep, axis=0)
+            tofs = tofs.reshape(-1, M).take(keep, axis=0).ravel()
             dying = np.zeros(D, dtype=bool)
             n_dying = 0
 
@@ -628,8 +645,8 @@ class _Run:
             load = kp.reshape(-1)[fp]               # inf off the prompt pool
             ok_p = load < inf
             q = ((load + s > max_pending) & ok_p).nonzero()[0]
-            if q.size:   # over the limit: long if the machine has a queue (as long_queue)
-                ok_p[q] = ~long_queue(q, fp[q], s)
+            if q.size:   # over the limit (load is ptok + ndec there, as in long_queue): long if the machine has a queue
+                ok_p[q] = ~has_queue(q, fp[q])
             # token machine: least booked memory that still fits (tkey is inf off the token pool)
             tj = tkey.argmin(axis=1)
             ft = pq.flat(tj)
@@ -638,32 +655,37 @@ class _Run:
                 okb = ok_p & ok_t
                 if np.count_nonzero(okb) < D:
                     bad_p, bad_t = (~ok_p).nonzero()[0], (~ok_t).nonzero()[0]
+                    new_p, new_t = bad_p.size, bad_t.size   # machines that change
                     if any_mixed:   # then the mixed pool
                         if bad_p.size:
                             bad_p = mixed(bad_p, jsq, pj, ok_p, lambda r, f: ~long_queue(r, f, s))
                         if bad_t.size:
                             bad_t = mixed(bad_t, memory, tj, ok_t, lambda r, f: fits(f, m))
                     if bad_p.size:   # then borrow a token machine for prompts
-                        borrow(bad_p, pen_t, decodes, Cp, M, pj, ok_p)
+                        bad_p = borrow(bad_p, pen_t, decodes, pj, ok_p)
                     if bad_t.size:   # and a prompt machine for decodes
-                        borrow(bad_t, pen_p, memory, 0, Cp, tj, ok_t)
-                    stuck = (~(ok_p & ok_t)).nonzero()[0]
+                        bad_t = borrow(bad_t, pen_p, memory, tj, ok_t)
+                    # those still bad (in order, as ~(ok_p & ok_t)): often of one kind or none
+                    stuck = bad_p if not bad_t.size else bad_t if not bad_p.size else (~(ok_p & ok_t)).nonzero()[0]
                     if stuck.size:   # nowhere to go: prompt and decode on the least loaded machine
                         fj, ff, _ = pick(stuck, absent, jsq)
                         pj[stuck] = fj
                         tj[stuck] = fj
                         oom[act[stuck]] |= ~fits(ff, m)
                         pkey.ravel()[ff] += 1.0   # their decode is booked there (see book)
-                    fp = pq.flat(pj)
-                    ft = pq.flat(tj)
+                        new_p = new_t = True
+                    if new_p:
+                        fp = pq.flat(pj)
+                    if new_t:
+                        ft = pq.flat(tj)
             else:   # strict pools: wait for memory on the token pool
                 oom[act] |= ~ok_t
             apart = pj != tj                        # the KV cache moves from the prompt to the token machine
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
             d_p = ndec_f[fp]
-            tok_p = pj >= Cp
+            tok_p = pj >= Cp if self.other_hw else None   # (only _batch_cost's other hardware needs it)
             if np.count_nonzero(d_p):
-                tau_p = ttab.take(toff + tok_p * K + np.minimum(d_p, _MAX_DECODES).astype(np.int64))
+                tau_p = ttab.take(tofs.take(fp) + np.minimum(d_p, _MAX_DECODES).astype(np.int64))
                 h = ((d_p > 0) & (W_f[fp] <= t)).nonzero()[0]   # an idle machine that is decoding
                 if h.size:
                     W_f[fp[h]] = t + join_l[i] * tau_p[h]
@@ -672,8 +694,9 @@ class _Run:
                         waiting[fp] = False     # the machine's last batch will be this prompt's
                     g = h[(pj[h] != tj[h]) & (running.reshape(-1)[fp[h]] >= 0.5)]
                     if g.size:   # it waits for the run's end
-                        W_f[fp[g]] = wait = np.maximum(W_f[fp[g]], run_end(g, pj[g]))
-                        waiting[fp[g]] = True
+                        fg = fp[g]
+                        W_f[fg] = wait = np.maximum(W_f[fg], run_end(g, pj[g]))
+                        waiting[fg] = True
                         any_waiting = True
                         wait_until = max(wait_until, float(wait.max()))
                 elif any_waiting:   # short enough to pause the run where a long prompt waits
@@ -709,8 +732,8 @@ class _Run:
             q_next[fp] = q_end_f[qh]
             ready = end_p + apart * xfer_l[i]
             # the decode: output-1 iterations at its machine's batch size, after joining a batch
-            nd = np.minimum(ndec_f[ft] + 1.0, _MAX_DECODES).astype(np.int64)   # ndec >= 0
-            tau = ttab.take(toff + (tj >= Cp) * K + nd)
+            # at ndec + 1 decodes (ndec is a whole number >= 0), at most _MAX_DECODES
+            tau = ttab_next.take(tofs.take(ft) + np.minimum(ndec_f[ft], _MAX_DECODES - 1).astype(np.int64))
             end = ready + tau * iters_l[i]
             book(fp, apart * (self.kv * (s + 1.0)), ready, ft, m, end)   # prompt KV freed after the transfer
             if pq.whole:   # no design dropped yet: whole rows
@@ -989,7 +1012,8 @@ class _PromptQueues:
         start = np.maximum(self.W_f[fj], t)
         end = start + new_cost
         self.W_f[fj] = end
-        cred = None if credit is None else credit * rides if isinstance(credit, np.ndarray) else credit
+        # (a float credit of 0.0 is there already: the request's row is written here first)
+        cred = credit * rides if isinstance(credit, np.ndarray) else credit or None
         if self.whole:
             self.bstart[i] = start
             self.bdur[i] = new_cost
