@@ -1080,7 +1080,7 @@ class _MachineBusy:
         batch = np.flatnonzero(np.ravel(leaders) & ran_decodes.take(pm))
         machine = pm.take(batch)
         order = _by_machine(machine, D * C)    # a machine's batches are in time order (FCFS)
-        at = batch.take(order)
+        at = batch.take(order)                 # flat (request, design) of each batch, machine by machine
         keys = machine.take(order).astype(np.float64) * self.span + np.ravel(bstart).take(at)
         if np.count_nonzero(keys[1:] < keys[:-1]):   # never seen; sort them if it happens
             o2 = np.argsort(keys, kind="stable")
