@@ -255,18 +255,28 @@ def command_sweep(repeats: int, early: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "splitwise_plan", "sweep", "--design", "HH", "--prompt", "1:39", "--token", "1:39",
                "--rps", "70", "--csv", str(Path(tmp) / "sweep.csv"), "--quiet"] + ["--stop-early"] * early
-        walls, peak = [], 0.0
+        walls, cpus, peak = [], [], 0.0
         for _ in range(repeats):
             t0 = time.perf_counter()
+            c0 = _children_cpu()
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
             with TreeMemory(proc.pid) as mem:   # the command's own tree, not this benchmark's
                 if proc.wait():
                     raise subprocess.CalledProcessError(proc.returncode, cmd)
             walls.append(time.perf_counter() - t0)
+            cpus.append(_children_cpu() - c0)
             peak = max(peak, mem.peak_mib)
     print(f"[speed:{mode}] the same sweep as a command (splitwise-plan sweep ... --csv FILE, its default workers: one per core), end to end: "
-          f"{float(np.median(walls)):.1f} s wall, median of {_list(walls)}; "
+          f"{float(np.median(walls)):.1f} s wall, median of {_list(walls)}, using {_list(cpus)} s of CPU (the command and "
+          f"its workers; on this shared machine it grows with the load too); "
           f"peak {peak:.0f} MiB for the command and its workers (target <= 1024 MiB)")
+
+
+def _children_cpu() -> float:
+    """User and system CPU seconds of the finished child processes (their own children included)."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _cpu_ms_per_design(sim, points, repeats: int) -> list:
