@@ -454,8 +454,8 @@ class _Run:
             ``fp`` and ``ft`` are flat (design, machine) indices. (Where both are one machine
             ``sent`` is 0, so the duplicate index loses nothing.) The keys change only where they are
             finite: ``tkey`` not on the prompt machines (off the token pool, or ``sent`` is 0 where a
-            stuck design uses one machine), ``pkey`` on the token machines only where a stuck design
-            decodes on a prompt machine (the caller adds it there) or, with strict pools, always.
+            stuck design uses one machine), ``pkey`` not on the token machines (off the prompt pool)
+            but where a stuck design decodes on a prompt machine (the caller adds it there).
             """
             f = np.concatenate((fp, ft))
             booked = np.empty(2 * D, dtype=np.complex128)   # memory + 1j * decodes
@@ -473,8 +473,6 @@ class _Run:
             smem.ravel()[f] += amount
             tkey.ravel()[ft] += m
             ndec.ravel()[ft] += 1.0
-            if not mixed_on:
-                pkey.ravel()[ft] += 1.0
 
         def window_rows(rr, jj, b0, blocks):
             """Ring rows (one block of ``B`` buckets each) of machines ``jj`` of designs ``rr``, for
