@@ -95,6 +95,10 @@ def root(
     search_method: str = typer.Option("auto", "--search-method", help="Search simulator: auto, fluid or events."),
     confirm_method: str = typer.Option("events", "--confirm-method", help="Confirming simulator: events or fluid."),
     margin: float = typer.Option(0.0, "--margin", help="Search for tightest SLO ratio below 1 - margin."),
+    transfer: str = typer.Option("serialized", "--transfer", metavar="serialized|layerwise",
+                                 help="KV-cache transfer: after the prompt, or layer by layer during it (~90% hidden)."),
+    bandwidth: float = typer.Option(200.0, "--bandwidth", metavar="GIB_S",
+                                    help="KV-cache transfer bandwidth between two machines, GiB/s (reference: 200)."),
     storage: Optional[str] = typer.Option(
         None, "--storage", metavar="URL",
         help="Keep the search's Optuna trials: sqlite:///plan.db or postgresql://USER@HOST/DB (default: in memory). "
@@ -131,7 +135,8 @@ def root(
         trace=str(trace) if trace else None, slos=str(slo) if slo else None,
         machines_file=str(machines_file) if machines_file else None, profiles=str(profiles) if profiles else None,
         designs=designs, duration=duration, seed=seed, seeds=seeds, jobs=jobs, tp=tp, strategy=strategy,
-        search_method=search_method, confirm_method=confirm_method, margin=margin, storage=storage, study=study)
+        search_method=search_method, confirm_method=confirm_method, margin=margin, storage=storage, study=study,
+        transfer=transfer, bandwidth=bandwidth)
     _plan_and_report(req, json_out, csv_out, plot, quiet)
 
 

@@ -103,6 +103,18 @@ def _opt_method():
                         help="Simulator: fluid (fast, default) or events (the discrete-event oracle, slow).")
 
 
+def _opt_transfer():
+    return typer.Option("serialized", "--transfer", metavar="serialized|layerwise", rich_help_panel=ADV,
+                        help="KV-cache transfer from prompt to token machine: after the prompt (serialized, the "
+                             "reference's default) or layer by layer during it (layerwise, ~90% hidden).")
+
+
+def _opt_bandwidth():
+    return typer.Option(200.0, "--bandwidth", metavar="GIB_S", rich_help_panel=ADV,
+                        help="KV-cache transfer bandwidth between two machines, GiB/s (the reference's 200; "
+                             "12.5 for its Ethernet variant).")
+
+
 def _opt_json():
     return typer.Option(None, "--json", metavar="[FILE]", rich_help_panel=OUT,
                         help="Write the JSON report to FILE; bare --json prints JSON to stdout instead of the table.")
@@ -137,12 +149,18 @@ class Inputs:
     profiles_file: Optional[Path]
     profiles: object
     method: str
+    scheduler: object = None        # SchedulerConfig (the KV transfer); None: the reference's
 
     def simulator(self, stream=None, stop_early: bool = False):
         from .simulator import Simulator
         return Simulator(stream if stream is not None else self.stream, self.model,
                          tensor_parallel=self.tensor_parallel, profiles=self.profiles,
-                         machines=self.machines, slos=self.slos, method=self.method, stop_early=stop_early)
+                         machines=self.machines, slos=self.slos, scheduler=self.scheduler,
+                         method=self.method, stop_early=stop_early)
+
+    def scheduler_config(self):
+        from .cluster import SchedulerConfig
+        return self.scheduler or SchedulerConfig()
 
     def report(self, **extra) -> dict:
         from .reports import report_inputs
@@ -151,12 +169,13 @@ class Inputs:
                              requests=len(self.stream) if self.stream is not None else None,
                              slo_file=self.slo_file, slos=self.slos, machines_file=self.machines_file,
                              machines=self.machines, profiles_file=self.profiles_file,
-                             method=self.method, **extra)
+                             method=self.method, kv_transfer=self.scheduler_config().kv_transfer(), **extra)
 
     def describe(self) -> str:
         src = f"trace {self.trace}" if self.trace else f"{self.workload} at {self.rate:g} req/s, {self.duration_s:g} s, seed {self.seed}"
         n = f", {len(self.stream):,} requests" if self.stream is not None else ""
-        return f"{src}{n}; {self.model} TP{self.tensor_parallel}; simulated with method {self.method}"
+        return (f"{src}{n}; {self.model} TP{self.tensor_parallel}, {self.scheduler_config().describe()}; "
+                f"simulated with method {self.method}")
 
 
 def check_method(method: str) -> str:
@@ -179,8 +198,9 @@ def check_positive(value: float, flag: str) -> float:
 def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], trace: Optional[Path],
                    duration: float, seed: int, slo: Optional[Path], machines_file: Optional[Path],
                    profiles: Optional[Path], method: str, need_stream: bool = True,
-                   allow_trace: bool = True) -> Inputs:
+                   allow_trace: bool = True, transfer: str = "serialized", bandwidth: float = 200.0) -> Inputs:
     """Validate the shared inputs cheaply first (names, numbers), then load the files and the stream."""
+    from .cluster import SchedulerConfig
     from .machines import load_machines
     from .models import get_model
     from .profiles import ProfileSet
@@ -191,6 +211,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     if tp is None or tp < 1:
         raise SplitwisePlanError(f"--tp must be a positive integer, got {tp}")
     method = check_method(method)
+    scheduler = SchedulerConfig.with_transfer(transfer, bandwidth)
     check_positive(duration, "--duration")
     if trace is not None and not allow_trace:
         raise SplitwisePlanError("--trace is not supported here (the rate varies); "
@@ -219,7 +240,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
                 raise SplitwisePlanError(f"{rps:g} req/s over {duration:g} s gives no request; "
                                          "raise --rps or --duration")
     return Inputs(stream, model, int(tp), wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
-                  machines, profiles, profileset, method)
+                  machines, profiles, profileset, method, scheduler)
 
 
 def resolve_counts(design: Design, prompt: Optional[int], token: Optional[int],
@@ -361,6 +382,8 @@ def simulate_cmd(
     csv_out: Optional[Path] = _opt_csv(),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method(),
+    transfer: str = _opt_transfer(),
+    bandwidth: float = _opt_bandwidth(),
 ) -> None:
     """Simulate one cluster design: the nine SLO percentiles, cost and power (exit 0 either way)."""
     from .reports import build_report, write_csv, write_json
@@ -369,7 +392,8 @@ def simulate_cmd(
     n_prompt, n_token = resolve_counts(d, prompt, token, machines)
     _check_outputs(json_out, csv_out)
     inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
-                         seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method)
+                         seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
+                         transfer=transfer, bandwidth=bandwidth)
     sim = inp.simulator()
     with progress(None, f"simulating {d.name} ({inp.method})", quiet=quiet):
         result = sim.run(d, n_prompt, n_token)
@@ -425,6 +449,8 @@ def sweep_cmd(
                                         help="Design-space map (like the paper's Fig. 12): .png, .svg or .html."),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method(),
+    transfer: str = _opt_transfer(),
+    bandwidth: float = _opt_bandwidth(),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=(
         "Worker processes (default: one per core when the grid is worth it and memory allows; "
         "0: one per core; 1: this process only).")),
@@ -457,7 +483,8 @@ def sweep_cmd(
         grid = [(p, t) for p in ps for t in ts]
     _check_outputs(json_out, csv_out, plot)
     inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
-                         seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method)
+                         seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
+                         transfer=transfer, bandwidth=bandwidth)
     if jobs is not None and jobs < 0:
         raise SplitwisePlanError(f"--jobs must be 0 (one per core) or more, got {jobs}")
     sim = inp.simulator(stop_early=stop_early)
@@ -547,6 +574,8 @@ def check_cmd(
     csv_out: Optional[Path] = _opt_csv(),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method(),
+    transfer: str = _opt_transfer(),
+    bandwidth: float = _opt_bandwidth(),
 ) -> None:
     """CI gate: exit 0 when all SLOs hold at the rate (with headroom), 1 when any fails, 2 on bad input."""
     from .reports import build_report, write_csv, write_json
@@ -561,7 +590,7 @@ def check_cmd(
     inp = resolve_inputs(model=spec.model, tp=spec.tensor_parallel, workload=workload,
                          rps=None if rps is None else check_positive(rps, "--rps") * factor, trace=trace,
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
-                         method=method)
+                         method=method, transfer=transfer, bandwidth=bandwidth)
     if trace is not None and factor != 1.0:
         inp.stream = _scaled_trace(inp.stream, factor)
         inp.rate = inp.stream.rate
@@ -585,7 +614,8 @@ def check_cmd(
                     if headroom else f"{inp.rate:.4g} req/s")
         src = f"trace {trace}" if trace else f"{inp.workload}, {inp.duration_s:g} s, seed {inp.seed}"
         lines = [f"check: {spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}",
-                 f"load:  {rate_txt}; {src}; {len(inp.stream):,} requests; method {inp.method}"]
+                 f"load:  {rate_txt}; {src}; {len(inp.stream):,} requests; {inp.scheduler_config().describe()}; "
+                 f"method {inp.method}"]
         n = len(inp.slos)
         if result.slo_met:
             t = result.tightest
@@ -659,6 +689,8 @@ def capacity_cmd(
     csv_out: Optional[Path] = _opt_csv(),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method(),
+    transfer: str = _opt_transfer(),
+    bandwidth: float = _opt_bandwidth(),
 ) -> None:
     """The highest request rate at which the cluster holds all SLOs (bisection on the rate, same seed)."""
     from .reports import build_report, write_csv, write_json
@@ -672,7 +704,7 @@ def capacity_cmd(
     _check_outputs(json_out, csv_out)
     inp = resolve_inputs(model=spec.model, tp=spec.tensor_parallel, workload=workload, rps=None, trace=None,
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
-                         method=method, need_stream=False)
+                         method=method, need_stream=False, transfer=transfer, bandwidth=bandwidth)
     wl = load_workload(workload)
     results_by_rate = {}
 
@@ -706,7 +738,8 @@ def capacity_cmd(
             write_json(json_out, doc)
     if json_out != STDOUT:
         head = f"{spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}"
-        how = f"{wl.name}, {duration:g} s, seed {seed}, method {inp.method}, {len(trials)} simulations"
+        how = (f"{wl.name}, {duration:g} s, seed {seed}, {inp.scheduler_config().describe()}, method {inp.method}, "
+               f"{len(trials)} simulations")
         if cap is None:
             typer.echo(f"capacity of {head}: none; the SLOs fail even at {fail:.4g} req/s ({how})")
         elif fail is None:

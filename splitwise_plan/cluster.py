@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import math
+
+from .errors import SplitwisePlanError
 from .latency_model import LatencyModel
 from .machines import Machine
 from .models import ModelSpec
 
 GIB = 1024**3
+TRANSFERS = ("serialized", "layerwise")   # KV-cache transfer after the prompt, or overlapped with it
+LAYERWISE_SPEEDUP = 10.0   # the reference's overlap schedulers: ~90% of the transfer hidden = 10x bandwidth
 
 
 @dataclass(frozen=True)
@@ -24,9 +29,37 @@ class SchedulerConfig:
     flow_retry_s: float = 1.0             # a transfer waits this long when the token machine is full
     mixed_pool: bool = True               # borrow machines across pools when one is overloaded
 
+    @classmethod
+    def with_transfer(cls, transfer: str = "serialized", bandwidth_gib_s: float = 200.0) -> "SchedulerConfig":
+        """The reference's scheduler with this KV-cache transfer (``TRANSFERS``) over a link of
+        ``bandwidth_gib_s`` GiB/s a machine; a bad value is a one-line error naming the option."""
+        mode = str(transfer).strip().lower()
+        if mode not in TRANSFERS:
+            raise SplitwisePlanError(f"--transfer {transfer!r} is unknown; valid: {', '.join(TRANSFERS)}")
+        if isinstance(bandwidth_gib_s, bool) or not isinstance(bandwidth_gib_s, (int, float)) \
+                or not math.isfinite(bandwidth_gib_s) or bandwidth_gib_s <= 0:
+            raise SplitwisePlanError(f"--bandwidth must be a positive number of GiB/s, got {bandwidth_gib_s!r}")
+        return cls(transfer_bandwidth_bytes_s=float(bandwidth_gib_s) * GIB, layerwise_transfer=mode == "layerwise")
+
+    @property
+    def transfer(self) -> str:
+        return TRANSFERS[self.layerwise_transfer]
+
+    @property
+    def bandwidth_gib_s(self) -> float:
+        return self.transfer_bandwidth_bytes_s / GIB
+
     @property
     def effective_bandwidth(self) -> float:
-        return self.transfer_bandwidth_bytes_s * (10.0 if self.layerwise_transfer else 1.0)
+        """Bytes a second the KV cache appears to move at: layer-wise transfer hides most of it behind the prompt."""
+        return self.transfer_bandwidth_bytes_s * (LAYERWISE_SPEEDUP if self.layerwise_transfer else 1.0)
+
+    def describe(self) -> str:
+        return f"KV transfer {self.transfer} at {self.bandwidth_gib_s:g} GiB/s"
+
+    def kv_transfer(self) -> dict:
+        """The KV-cache transfer as reports give it."""
+        return {"mode": self.transfer, "bandwidth_gib_s": self.bandwidth_gib_s}
 
 
 @dataclass(frozen=True)

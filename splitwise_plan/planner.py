@@ -26,6 +26,7 @@ import numpy as np
 
 from .budget import parse_budget
 from .capacity import capacity_model
+from .cluster import SchedulerConfig
 from .designs import DESIGNS, Design, get_design
 from .errors import SplitwisePlanError, positive_number, choices
 from .search import STRATEGIES, Evaluator, Lockstep, Space, search
@@ -87,6 +88,13 @@ class PlanRequest:
     max_confirm: int = 8               # candidates the confirm simulator may reject before giving up
     storage: str | None = None         # Optuna storage URL (sqlite:///plan.db, postgresql://...); None: in memory
     study: str | None = None           # study name prefix, one study PREFIX/SHORT per design (default: from the inputs)
+    transfer: str = "serialized"       # KV-cache transfer: serialized or layerwise (see cluster.TRANSFERS)
+    bandwidth: float = 200.0           # its bandwidth between two machines, GiB/s
+
+    @property
+    def scheduler(self) -> SchedulerConfig:
+        """The scheduling constants of the plan (the reference's, with this KV-cache transfer)."""
+        return SchedulerConfig.with_transfer(self.transfer, self.bandwidth)
 
     def __post_init__(self) -> None:
         if self.goal not in GOALS:
@@ -124,6 +132,7 @@ class PlanRequest:
             raise SplitwisePlanError(f"max_confirm must be a positive integer, got {self.max_confirm!r}")
         if self.batch is not None and (not isinstance(self.batch, int) or self.batch < 1):
             raise SplitwisePlanError(f"batch must be a positive integer, got {self.batch!r}")
+        self.scheduler   # a bad --transfer or --bandwidth fails here, with one line
         names = parse_designs(self.designs)
         object.__setattr__(self, "designs", names)
         if self.storage is not None or self.study is not None:
@@ -270,6 +279,7 @@ class Inputs:
     workload: object | None
     trace: object | None
     duration: float
+    scheduler: SchedulerConfig = SchedulerConfig()
 
     @classmethod
     def load(cls, req: PlanRequest) -> "Inputs":
@@ -285,7 +295,7 @@ class Inputs:
         slos = load_slos(req.slos)
         trace = load_trace(req.trace) if req.trace else None
         workload = None if trace is not None else load_workload(req.workload)
-        inp = cls(req.model, int(req.tp), profiles, machines, slos, workload, trace, float(req.duration))
+        inp = cls(req.model, int(req.tp), profiles, machines, slos, workload, trace, float(req.duration), req.scheduler)
         for name in req.designs:   # fail early, with one line, on a design the catalog cannot build
             d = get_design(name)
             for m in (d.prompt_machine, d.token_machine):
@@ -313,7 +323,8 @@ class Inputs:
         """A simulator of the inputs; a ``search`` one stops a design once an SLO can no longer hold
         (only its verdict counts there)."""
         return Simulator(stream, self.model, tensor_parallel=self.tp, profiles=self.profiles,
-                         machines=self.machines, slos=self.slos, method=method, stop_early=search)
+                         machines=self.machines, slos=self.slos, scheduler=self.scheduler, method=method,
+                         stop_early=search)
 
 
 def _key_fn(objective: str, up: dict, tp: dict):
@@ -891,7 +902,8 @@ def plan_title(req: PlanRequest) -> str:
         title = f"{req.goal} at {rate}"
     src = req.trace or req.workload
     return (f"{title} - {req.model}, {src}, {req.duration:g} s, seed {req.seed}"
-            + (f" (worst of {req.seeds} seeds)" if req.seeds > 1 else ""))
+            + (f" (worst of {req.seeds} seeds)" if req.seeds > 1 else "")
+            + (f", {req.scheduler.describe()}" if req.scheduler != SchedulerConfig() else ""))
 
 
 def render(result: PlanResult, console=None) -> None:
@@ -983,7 +995,8 @@ def plan_inputs(result: PlanResult) -> dict:
                    machines_file=req.machines_file, machines=load_machines(req.machines_file),
                    profiles_file=req.profiles, method=result.search_method, confirm_method=req.confirm_method,
                    goal=req.goal, budget_power=req.budget_power, budget_cost=req.budget_cost,
-                   designs=list(req.designs), seeds=req.seeds, strategy=req.strategy, margin=req.margin)
+                   designs=list(req.designs), seeds=req.seeds, strategy=req.strategy, margin=req.margin,
+                   kv_transfer=req.scheduler.kv_transfer())
 
 
 def plan_report(result: PlanResult) -> dict:

@@ -118,6 +118,9 @@ def test_simulate_trace_replay(capsys, tmp_path):
     ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--csv", "/no/such/dir/r.csv"],
     ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--no-such-option"],
     ["-p", 1, "-t", 1, "--rps", 5],                                        # no design
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--transfer", "rdma"],   # unknown transfer mode
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--bandwidth", 0],       # no bandwidth
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--bandwidth", "inf"],
 ])
 def test_simulate_bad_input_is_one_line_exit_2(capsys, args):
     assert_user_error(*run(capsys, "simulate", "--method", "events", "--duration", 5, *args))
@@ -164,6 +167,23 @@ def test_sweep_plot_formats(capsys, tmp_path, ext):
     assert "<svg" in text
     if ext == "html":
         assert "<table>" in text
+
+
+def test_the_kv_transfer_is_an_input_of_every_report(capsys, tmp_path):
+    args = ("--design", "HH", "-p", 2, "-t", 1, "--rps", 5, *FAST)
+    code, out, err = run(capsys, "simulate", *args, "--transfer", "LayerWise", "--bandwidth", 50)
+    assert code == 0, err
+    assert "KV transfer layerwise at 50 GiB/s" in out
+    code, out, err = run(capsys, "simulate", *args, "--transfer", "layerwise", "--bandwidth", 50, "--json")
+    over = json.loads(out)
+    code, out, err = run(capsys, "simulate", *args, "--json")
+    serial = json.loads(out)
+    # layer-wise at 50 GiB/s moves the KV cache as if at 500 GiB/s: decodes start sooner than at 200
+    assert over["latency_s"]["e2e"]["p50"] < serial["latency_s"]["e2e"]["p50"]
+    code, out, err = run(capsys, "sweep", "--design", "HH", "-p", "1:2", "-t", 1, "--rps", 5, *FAST, "--json",
+                         "--bandwidth", 12.5)
+    assert code == 0, err
+    assert json.loads(out)["inputs"]["kv_transfer"] == {"mode": "serialized", "bandwidth_gib_s": 12.5}
 
 
 def test_sweep_json_stdout(capsys):

@@ -134,6 +134,8 @@ def test_seeds_confirm_over_several_streams():
     (dict(goal="min-cost", rps=1, duration=0), "--duration"),
     (dict(goal="min-cost", rps=1, strategy="random"), "strategy"),
     (dict(goal="min-cost", rps=1, confirm_method="magic"), "confirm"),
+    (dict(goal="min-cost", rps=1, transfer="pigeon"), "--transfer"),
+    (dict(goal="min-cost", rps=1, bandwidth=-1.0), "--bandwidth"),
 ])
 def test_bad_requests(kw, msg):
     with pytest.raises(SplitwisePlanError, match=msg):
@@ -164,11 +166,23 @@ def test_cli_root_plans(capsys):
     ["--goal", "max-throughput", "--budget-power", "lots"],
     ["--rps", "10", "--designs", "XX"],
     ["--rps", "10", "--trace", "/nonexistent/trace.csv"],
+    ["--rps", "10", "--bandwidth", "0"],
 ])
 def test_cli_root_bad_input_exits_2(args, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_a_slower_kv_link_never_makes_a_splitwise_plan_cheaper():
+    # 1.5 GiB/s: a 1,500-token prompt's KV cache takes ~4 s to move, far past the E2E limits at that size
+    kw = dict(SMALL, designs="HH", confirm_method="fluid")
+    fast, slow = plan(goal="min-cost", **kw), plan(goal="min-cost", bandwidth=1.5, **kw)
+    assert slow.get("HH").cost > fast.get("HH").cost or slow.get("HH").status != "ok"
+    report = planner.plan_inputs(slow)
+    assert report["kv_transfer"] == {"mode": "serialized", "bandwidth_gib_s": 1.5}
+    assert "KV transfer serialized at 1.5 GiB/s" in planner.plan_title(slow.request)
+    assert "KV transfer" not in planner.plan_title(fast.request)   # the reference's link goes unsaid
 
 
 def test_cli_without_arguments_prints_help(capsys):

@@ -32,6 +32,41 @@ def test_single_request_splitwise_is_prompt_transfer_and_decode(method):
 
 
 @pytest.mark.parametrize("method", ["events", "fluid"])
+@pytest.mark.parametrize("transfer, bandwidth, seconds_per_byte", [
+    ("serialized", 12.5, 1 / (12.5 * GIB)),          # the reference's Ethernet variant
+    ("layerwise", 200.0, 1 / (200 * GIB) / 10),      # overlapped with the prompt: 90% of it hidden
+])
+def test_the_kv_transfer_mode_and_bandwidth_set_the_time_between_prompt_and_decode(method, transfer, bandwidth,
+                                                                                   seconds_per_byte):
+    from splitwise_plan.cluster import SchedulerConfig
+    sched = SchedulerConfig.with_transfer(transfer, bandwidth)
+    sim = Simulator(_one(1500, 20), method=method, scheduler=sched)
+    h100 = sim.profiles.latency_model("bloom-176b", "h100-80gb")
+    r = sim.run("HH", 1, 1)
+    ttft = h100.prompt_time(1500)
+    e2e = ttft + 1500 * BLOOM_KV * seconds_per_byte + 19 * h100.token_time(1)
+    assert r.latency_s["ttft"][50] == pytest.approx(ttft, rel=1e-9)   # the transfer is not in TTFT
+    slack = 0.0 if method == "events" else h100.token_time(1)
+    assert e2e - 1e-9 <= r.latency_s["e2e"][50] <= e2e + slack + 1e-9
+    # on a baseline the KV cache stays on its machine: no transfer, whatever the link
+    assert Simulator(_one(1500, 20), method=method, scheduler=sched).run("H100", 1).latency_s["e2e"][50] == \
+        pytest.approx(Simulator(_one(1500, 20), method=method).run("H100", 1).latency_s["e2e"][50], rel=1e-12)
+
+
+def test_fluid_tracks_the_oracle_over_a_slow_kv_link():
+    # 12.5 GiB/s: a 1,500-token prompt's KV cache takes ~0.45 s to move, as long as its prompt phase
+    from splitwise_plan.cluster import SchedulerConfig
+    stream = load_workload("coding").generate(15.0, duration_s=40.0, seed=3)
+    slow = SchedulerConfig.with_transfer("serialized", 12.5)
+    fluid = Simulator(stream, method="fluid", scheduler=slow).run("HH", 6, 2)
+    oracle = Simulator(stream, method="events", scheduler=slow).run("HH", 6, 2)
+    fast = Simulator(stream, method="events").run("HH", 6, 2)
+    f, o = (np.array([r.latency_s[m][p] for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)]) for r in (fluid, oracle))
+    assert np.median(np.abs(f / o - 1)) < 0.1, (f, o)
+    assert oracle.latency_s["e2e"][50] > fast.latency_s["e2e"][50] + 0.05   # the slow link shows
+
+
+@pytest.mark.parametrize("method", ["events", "fluid"])
 def test_single_request_baseline_runs_both_phases_on_one_machine(method):
     sim = Simulator(_one(800, 10), method=method)
     a100 = sim.profiles.latency_model("bloom-176b", "a100-80gb")

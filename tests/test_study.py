@@ -400,3 +400,17 @@ def test_cli_plan_resumes_from_sqlite(tmp_path):
     worker = runner.invoke(app, ["worker", "--storage", url, "--study", name.split("/")[0], "--json", "-"])
     assert worker.exit_code == 0, worker.output
     assert json.loads(worker.stdout)["told"] == 0            # the study is complete already
+
+
+def test_a_study_remembers_its_kv_transfer_and_keeps_older_names():
+    # the reference's link is left out of a study's request, so studies made before the option keep
+    # their names; any other link is part of the question a worker rebuilds
+    plain = PlanRequest(goal="min-cost", rps=70)
+    assert st.study_prefix(plain, "fluid") == "min-cost-bloom-176b-coding-70rps-120s-seed0-ca19bbbc"
+    assert "transfer" not in st.request_attrs(plain, "fluid")[0]
+    slow = PlanRequest(goal="min-cost", rps=70, transfer="layerwise", bandwidth=12.5)
+    r, _ = st.request_attrs(slow, "fluid")
+    assert (r["transfer"], r["bandwidth"]) == ("layerwise", 12.5)
+    assert st.study_prefix(slow, "fluid") != st.study_prefix(plain, "fluid")
+    r = dict(r, limits=(), designs=("HH",))
+    assert PlanRequest(**r).scheduler == slow.scheduler
