@@ -199,6 +199,31 @@ class TreeMemory:
         self._thread.join()
 
 
+def host_yardstick(iterations: int = 20000) -> tuple[float, float]:
+    """CPU microseconds an iteration of two fixed loops of the kinds the fluid model's loop makes:
+    small numpy calls (an argmin over a designs x machines array, a gather, a scatter, a test), and
+    scattered adds into a 64 MiB array (its release ring). The speed figures scale with them, so
+    they tell a slow or busy host (its memory shared with other tenants) from a slower simulator."""
+    rng = np.random.default_rng(0)
+    keys = rng.random((16, 78))
+    flat = keys.reshape(-1)
+    at = rng.integers(0, flat.size, 16)
+    add = rng.random(16)
+    t0 = time.process_time()
+    for _ in range(iterations):
+        keys.argmin(axis=1)
+        x = flat.take(at) + add
+        flat[at] = x * 0.5
+        (x > 0.5).nonzero()
+    calls = (time.process_time() - t0) / iterations * 1e6
+    ring = np.ones(8 * 2**20, dtype=np.complex64)
+    cells = rng.integers(0, ring.size, (iterations // 10, 762))
+    t0 = time.process_time()
+    for c in cells:
+        ring[c] += 1.0
+    return calls, (time.process_time() - t0) / len(cells) * 1e6
+
+
 def speed(repeats: int = 3) -> None:
     """CPU per design in a batch, the 39x39 sweep's wall time and peak memory, without and with
     the early verdict (a failing Splitwise design stops once an SLO can no longer hold).
@@ -207,6 +232,10 @@ def speed(repeats: int = 3) -> None:
     the figure; every sweep starts its worker processes afresh, as one ``sweep`` command does.
     """
     from joblib.externals.loky import get_reusable_executor
+    marks = np.array([host_yardstick() for _ in range(repeats)])
+    calls, ring = np.median(marks, axis=0)
+    print(f"[speed] host yardstick (CPU an iteration, median of {repeats}): {calls:.2f} us for 4 small numpy calls, "
+          f"{ring:.1f} us for 762 scattered adds into 64 MiB; the figures below scale with them")
     stream = load_workload("coding").generate(70.0, duration_s=120.0, seed=0)
     grid = [(p, t) for p in range(1, 40) for t in range(1, 40)]
     for early in (False, True):
