@@ -380,25 +380,35 @@ def simulate_cmd(
     profiles: Optional[Path] = _opt_profiles(),
     json_out: Optional[str] = _opt_json(),
     csv_out: Optional[Path] = _opt_csv(),
+    requests_out: Optional[Path] = typer.Option(
+        None, "--requests", metavar="FILE", rich_help_panel=OUT,
+        help="Write one CSV row per request: arrival, prompt and output tokens, TTFT, TBT and E2E in seconds "
+             "and as slowdowns, finished (an unfinished request's latencies are nan)."),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method(),
     transfer: str = _opt_transfer(),
     bandwidth: float = _opt_bandwidth(),
 ) -> None:
     """Simulate one cluster design: the nine SLO percentiles, cost and power (exit 0 either way)."""
-    from .reports import build_report, write_csv, write_json
+    from .reports import build_report, check_writable, write_csv, write_json
 
     d = get_design(design)
     n_prompt, n_token = resolve_counts(d, prompt, token, machines)
     _check_outputs(json_out, csv_out)
+    if requests_out is not None:
+        check_writable(requests_out, "per-request CSV")
     inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
                          seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
                          transfer=transfer, bandwidth=bandwidth)
     sim = inp.simulator()
     with progress(None, f"simulating {d.name} ({inp.method})", quiet=quiet):
-        result = sim.run(d, n_prompt, n_token)
+        result, per_request = sim.run_requests(d, n_prompt, n_token)
     if csv_out is not None:
         write_csv(csv_out, [result.flat()])
+    if requests_out is not None:
+        cols = list(per_request)
+        write_csv(requests_out, (dict(zip(cols, row)) for row in zip(*(per_request[c].tolist() for c in cols))),
+                  cols, what="per-request CSV")
     if json_out not in (None, STDOUT):
         write_json(json_out, build_report("simulate", inp.report(), [result]))
     if json_out == STDOUT:
@@ -411,7 +421,7 @@ def simulate_cmd(
             + ("; [yellow]memory overflow: a KV transfer waited for token-machine memory[/]" if result.oom else ""))
     c.print(f"cost {result.cost:.4g}, power {result.power:.4g}, utilization {result.utilization:.0%}; "
             f"{_slo_verdict(result, len(inp.slos))}")
-    for p in (json_out, csv_out):
+    for p in (json_out, csv_out, requests_out):
         if p not in (None, STDOUT):
             _note(f"wrote {p}", quiet)
 

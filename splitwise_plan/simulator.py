@@ -182,6 +182,27 @@ class Simulator:
         """Simulate one design point."""
         return self.run_many(design, [(n_prompt, n_token)], method=method)[0]
 
+    def run_requests(self, design: str | Design, n_prompt: int, n_token: int = 0,
+                     method: str | None = None) -> tuple[SimulationResult, dict]:
+        """Simulate one design point: its result and, from the same run, each request's latencies.
+
+        The table (columns of equal length, in stream order): ``request`` (its index), ``arrival_s``, ``prompt_tokens``,
+        ``output_tokens``, ``ttft_s``, ``tbt_s``, ``e2e_s`` and their ``*_slowdown`` against the
+        reference machine; a request that did not finish has NaN latencies and ``finished`` False.
+        """
+        method = method or self.method
+        clusters = [self.cluster(design, n_prompt, n_token)]
+        ttft, e2e, util, oom, over, failed = self._simulate(clusters, method)
+        result = self._results(clusters, ttft, e2e, util, oom, over, method, failed)[0]
+        lat = request_latencies(ttft[0], e2e[0], self.stream.output_tokens)
+        table = {"request": np.arange(len(self.stream)), "arrival_s": self.stream.arrival_s,
+                 "prompt_tokens": self.stream.prompt_tokens,
+                 "output_tokens": self.stream.output_tokens}
+        table.update({f"{m}_s": lat[m] for m in lat})
+        table.update({f"{m}_slowdown": lat[m] / ref for m, ref in zip(("ttft", "tbt", "e2e"), self.reference)})
+        table["finished"] = np.isfinite(lat["e2e"])
+        return result, table
+
     def run_many(self, design: str | Design, points: Iterable[Sequence[int]],
                  method: str | None = None, jobs: int = 1, progress=None) -> list[SimulationResult]:
         """Simulate many (prompt, token) machine counts of one design; the fluid method batches them.
@@ -256,29 +277,37 @@ class Simulator:
                     out[i] = r
         return out
 
+    def _simulate(self, clusters, method: str, progress=None) -> tuple:
+        """Per-request TTFT and E2E (designs x requests) and per design the utilization, memory
+        overflow, overload and verdict stop of ``clusters`` (one fluid pass, or one oracle run each)."""
+        if method == "events":
+            from .oracle import simulate_events
+            outs = []
+            for c in clusters:
+                outs.append(simulate_events(c, self.stream))
+                if progress is not None:
+                    progress(1)
+            return (np.stack([o.ttft for o in outs]), np.stack([o.e2e for o in outs]),
+                    [float(np.mean(o.busy_s) / max(o.horizon_s, 1e-9)) for o in outs], [o.oom for o in outs],
+                    [False] * len(outs), None)
+        from .fluid import Verdict, simulate_fluid
+        verdict = Verdict.of(self.slos, self.reference, len(self.stream)) if self.stop_early else None
+        out = simulate_fluid(clusters, self.stream, self.overload_s, verdict)
+        return (out.ttft, out.e2e, list(out.utilization), list(out.oom), list(out.overloaded), list(out.failed))
+
     def _events(self, clusters, progress=None) -> list[SimulationResult]:
-        from .oracle import simulate_events
-        outs = []
-        for c in clusters:
-            outs.append(simulate_events(c, self.stream))
-            if progress is not None:
-                progress(1)
-        ttft = np.stack([o.ttft for o in outs])
-        e2e = np.stack([o.e2e for o in outs])
-        util = [float(np.mean(o.busy_s) / max(o.horizon_s, 1e-9)) for o in outs]
-        return self._results(clusters, ttft, e2e, util, [o.oom for o in outs], [False] * len(outs), "events")
+        ttft, e2e, util, oom, over, _ = self._simulate(clusters, "events", progress)
+        return self._results(clusters, ttft, e2e, util, oom, over, "events")
 
     def _fluid(self, clusters, progress=None) -> list[SimulationResult]:
         """Clusters of one kind (Splitwise or baseline) through the fluid model, a pass at a time."""
-        from .fluid import Verdict, pass_size, simulate_fluid
-        verdict = Verdict.of(self.slos, self.reference, len(self.stream)) if self.stop_early else None
+        from .fluid import pass_size
         results = []
         size = pass_size(len(clusters), len(self.stream))
         for lo in range(0, len(clusters), size):   # per pass: per-request arrays never pile up
             part = clusters[lo:lo + size]
-            out = simulate_fluid(part, self.stream, self.overload_s, verdict)
-            results += self._results(part, out.ttft, out.e2e, list(out.utilization), list(out.oom),
-                                     list(out.overloaded), "fluid", list(out.failed))
+            ttft, e2e, util, oom, over, failed = self._simulate(part, "fluid")
+            results += self._results(part, ttft, e2e, util, oom, over, "fluid", failed)
             if progress is not None:
                 progress(len(part))
         return results

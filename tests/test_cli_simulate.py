@@ -81,6 +81,21 @@ def test_simulate_json_and_csv_files(capsys, tmp_path):
     assert "TTFT" in out  # the table is still printed
 
 
+def test_simulate_writes_one_row_per_request(capsys, tmp_path):
+    f = tmp_path / "requests.csv"
+    code, out, err = run(capsys, "simulate", "--design", "HH", "-p", 2, "-t", 1, "--rps", 5, *FAST, "--requests", f)
+    assert code == 0, err
+    rows = list(csv.DictReader(f.open()))
+    n = len(load_workload("coding").generate(5.0, duration_s=20.0, seed=0))
+    assert len(rows) == n and [int(r["request"]) for r in rows] == list(range(n))
+    assert set(rows[0]) == {"request", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tbt_s", "e2e_s",
+                            "ttft_slowdown", "tbt_slowdown", "e2e_slowdown", "finished"}
+    r = rows[0]
+    assert float(r["tbt_s"]) == pytest.approx((float(r["e2e_s"]) - float(r["ttft_s"])) / int(r["output_tokens"]))
+    assert_user_error(*run(capsys, "simulate", "--design", "HH", "-p", 2, "-t", 1, "--rps", 5, *FAST,
+                           "--requests", tmp_path / "no" / "dir.csv"))
+
+
 def test_simulate_trace_replay(capsys, tmp_path):
     trace = tmp_path / "t.csv"
     load_workload("conversation").generate(5, duration_s=15, seed=1).to_csv(trace)

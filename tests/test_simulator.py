@@ -80,6 +80,33 @@ def test_single_request_baseline_runs_both_phases_on_one_machine(method):
     assert r.slowdown["e2e"][50] == pytest.approx(r.latency_s["e2e"][50] / e2e_ref)
 
 
+@pytest.mark.parametrize("method", ["events", "fluid"])
+def test_per_request_latencies_are_the_run_behind_the_percentiles(method):
+    stream = load_workload("coding").generate(20.0, duration_s=30.0, seed=1)
+    sim = Simulator(stream, method=method)
+    result, table = sim.run_requests("HH", 6, 2)
+    assert result == sim.run("HH", 6, 2)               # the same run as without the table
+    assert list(table["request"]) == list(range(len(stream)))
+    for m in ("ttft", "tbt", "e2e"):
+        for kind, got in (("s", result.latency_s), ("slowdown", result.slowdown)):
+            col = np.where(table["finished"], table[f"{m}_{kind}"], np.inf)
+            assert np.percentile(col, [50, 90, 99]) == pytest.approx([got[m][p] for p in (50, 90, 99)], rel=1e-12)
+    # one request alone: its TTFT is its prompt time, its TTFT slowdown 1 against the reference A100's
+    one = Simulator(_one(800, 10), method=method)
+    _, t = one.run_requests("A100", 1)
+    a100 = one.profiles.latency_model("bloom-176b", "a100-80gb")
+    assert t["ttft_s"][0] == pytest.approx(a100.prompt_time(800), rel=1e-9)
+    assert t["ttft_slowdown"][0] == pytest.approx(1.0) and bool(t["finished"][0])
+
+
+def test_an_overloaded_designs_unfinished_requests_are_marked():
+    stream = load_workload("coding").generate(40.0, duration_s=60.0, seed=1)
+    result, table = Simulator(stream).run_requests("HH", 1, 1)
+    assert result.overloaded and not table["finished"].all()
+    assert table["finished"].sum() == result.completed
+    assert np.isnan(table["e2e_s"][~table["finished"]]).all()
+
+
 def test_two_prompts_on_a_busy_prompt_machine_share_one_batch():
     # the second and third prompt arrive while the first runs: they are batched together
     st = RequestStream(np.array([0.0, 0.01, 0.02]), np.array([1000, 300, 400]), np.array([5, 5, 5]))
