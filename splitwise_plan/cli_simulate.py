@@ -429,11 +429,48 @@ def simulate_cmd(
 # --- sweep ------------------------------------------------------------------------------
 
 def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool = False,
-             label: str = "sweep", jobs: int = 1) -> list:
+             label: str = "sweep", jobs: int = 1, on_results=None) -> list:
     """Evaluate design points with ``run_many`` (over ``jobs`` processes), with a progress bar
-    that moves as each fluid pass, oracle run or worker's part is done."""
+    that moves as each fluid pass, oracle run or worker's part is done (``on_results`` gets its results)."""
     with progress(len(points), f"{label} {design.name} ({sim.method})", quiet=quiet) as bar:
-        return sim.run_many(design, points, jobs=max(1, jobs), progress=bar.advance)
+        return sim.run_many(design, points, jobs=max(1, jobs), progress=bar.advance, on_results=on_results)
+
+
+def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path], *, jobs: Optional[int],
+                    quiet: bool, stop_early: bool) -> tuple[list, Optional[object]]:
+    """``run_grid`` over the points a checkpoint at ``where`` does not hold yet, keeping each part's
+    results there as it finishes: a stopped sweep goes on where it stopped. Returns the results in
+    grid order and the checkpoint (to remove once the outputs are written)."""
+    from . import __version__
+    from .checkpoint import Checkpoint, fingerprint
+    from .simulator import cpu_cores
+
+    ckpt, done = None, {}
+    if where is not None:
+        ckpt = Checkpoint(where, fingerprint(inp.report(), inp.stream, design.name, stop_early=stop_early,
+                                             version=__version__))
+        done, why = ckpt.load()
+        if why:
+            _note(why, quiet)
+        wanted = set(grid)
+        done = {pt: r for pt, r in done.items() if pt in wanted}
+        ckpt.start(done.values())
+        if done:
+            _note(f"resuming: {len(done):,} of {len(grid):,} design points kept in {where}", quiet)
+    todo = [pt for pt in grid if pt not in done]
+    if jobs is None:
+        jobs = sim.default_jobs(len(todo))
+    try:
+        fresh = run_grid(sim, design, todo, quiet=quiet, jobs=jobs or cpu_cores(),
+                         on_results=ckpt.add if ckpt is not None else None) if todo else []
+    except KeyboardInterrupt:
+        if ckpt is not None:
+            kept = len(ckpt.load()[0])
+            sys.stderr.write(f"stopped: {kept:,} of {len(grid):,} design points are kept in {where}; "
+                             "the same command goes on from there\n")
+        raise
+    done.update(zip(todo, fresh))
+    return [done[pt] for pt in grid], ckpt
 
 
 @app.command("sweep", cls=ReportCommand)
@@ -469,9 +506,9 @@ def sweep_cmd(
         "faster; failing rows then count their unfinished requests as +inf.")),
 ) -> None:
     """Simulate a grid of machine counts of one design: one CSV row per design point (the paper's Fig. 12)."""
+    from .checkpoint import path_for
     from .plots import design_point, optimum, rank_key, write_plot
     from .reports import build_report, write_csv, write_json
-    from .simulator import cpu_cores
 
     d = get_design(design)
     if d.is_baseline:
@@ -498,9 +535,8 @@ def sweep_cmd(
     if jobs is not None and jobs < 0:
         raise SplitwisePlanError(f"--jobs must be 0 (one per core) or more, got {jobs}")
     sim = inp.simulator(stop_early=stop_early)
-    if jobs is None:
-        jobs = sim.default_jobs(len(grid))
-    results = run_grid(sim, d, grid, quiet=quiet, jobs=jobs or cpu_cores())
+    results, ckpt = _resumable_grid(sim, inp, d, grid, path_for(csv_out, json_out, plot), jobs=jobs, quiet=quiet,
+                                    stop_early=stop_early)
     best = optimum([design_point(r) for r in results])
     best_result = next((r for r in results if best and (r.prompt_machines, r.token_machines)
                         == (best["prompt"], best["token"])), None)
@@ -513,12 +549,14 @@ def sweep_cmd(
         write_csv(csv_out, [r.flat() for r in results])
     if plot is not None:
         write_plot(plot, sweep=results, title=f"{d.name} design space, {inp.describe()}")
-    if json_out is not None:
-        doc = build_report("sweep", inp.report(), results, sweep=summary)
-        if json_out == STDOUT:
-            _print_json(doc)
-            return
+    doc = build_report("sweep", inp.report(), results, sweep=summary) if json_out is not None else None
+    if json_out not in (None, STDOUT):
         write_json(json_out, doc)
+    if ckpt is not None:
+        ckpt.remove()                           # every output is written: nothing is left to resume
+    if json_out == STDOUT:
+        _print_json(doc)
+        return
     c = console()
     table = Table(title=f"Sweep of {d.name}: {len(results):,} design points, {summary['passing']:,} hold all SLOs")
     for col in ("prompt", "token", "machines", "cost", "power", "tightest SLO", "value / limit", "holds"):

@@ -204,14 +204,16 @@ class Simulator:
         return result, table
 
     def run_many(self, design: str | Design, points: Iterable[Sequence[int]],
-                 method: str | None = None, jobs: int = 1, progress=None) -> list[SimulationResult]:
+                 method: str | None = None, jobs: int = 1, progress=None,
+                 on_results=None) -> list[SimulationResult]:
         """Simulate many (prompt, token) machine counts of one design; the fluid method batches them.
 
         ``jobs > 1`` spreads the points over that many worker processes (joblib): parts of one
         fluid pass each (a run of consecutive points, dealt out in turn, so the parts cost
         alike; neighbours in a grid die alike, and a pass whose designs are all overloaded ends
         early), taken up by whichever worker is free; ``progress(n)`` is told as each part of
-        ``n`` points is done (in one process: each fluid pass, each oracle run).
+        ``n`` points is done (in one process: each fluid pass, each oracle run), and
+        ``on_results(results)`` is given that part's results (to keep them as they come).
         """
         method = method or self.method
         points = [tuple(pt) for pt in points]
@@ -234,12 +236,14 @@ class Simulator:
             for idx, out in zip(parts, outs):
                 for i, r in zip(idx, out):
                     merged[i] = r
+                if on_results is not None:
+                    on_results(out)
                 if progress is not None:
                     progress(len(idx))
             return merged
         if method == "events":
-            return self._events(clusters, progress)
-        return self._fluid(clusters, progress)
+            return self._events(clusters, progress, on_results)
+        return self._fluid(clusters, progress, on_results)
 
     def default_jobs(self, n_points: int, method: str | None = None) -> int:
         """Worker processes a ``run_many`` of ``n_points`` is worth when the caller names none.
@@ -277,16 +281,12 @@ class Simulator:
                     out[i] = r
         return out
 
-    def _simulate(self, clusters, method: str, progress=None) -> tuple:
+    def _simulate(self, clusters, method: str) -> tuple:
         """Per-request TTFT and E2E (designs x requests) and per design the utilization, memory
         overflow, overload and verdict stop of ``clusters`` (one fluid pass, or one oracle run each)."""
         if method == "events":
             from .oracle import simulate_events
-            outs = []
-            for c in clusters:
-                outs.append(simulate_events(c, self.stream))
-                if progress is not None:
-                    progress(1)
+            outs = [simulate_events(c, self.stream) for c in clusters]
             return (np.stack([o.ttft for o in outs]), np.stack([o.e2e for o in outs]),
                     [float(np.mean(o.busy_s) / max(o.horizon_s, 1e-9)) for o in outs], [o.oom for o in outs],
                     [False] * len(outs), None)
@@ -295,11 +295,15 @@ class Simulator:
         out = simulate_fluid(clusters, self.stream, self.overload_s, verdict)
         return (out.ttft, out.e2e, list(out.utilization), list(out.oom), list(out.overloaded), list(out.failed))
 
-    def _events(self, clusters, progress=None) -> list[SimulationResult]:
-        ttft, e2e, util, oom, over, _ = self._simulate(clusters, "events", progress)
-        return self._results(clusters, ttft, e2e, util, oom, over, "events")
+    def _events(self, clusters, progress=None, on_results=None) -> list[SimulationResult]:
+        """Clusters through the oracle, one at a time."""
+        results = []
+        for c in clusters:
+            ttft, e2e, util, oom, over, _ = self._simulate([c], "events")
+            results += self._parts_done([c], ttft, e2e, util, oom, over, "events", None, progress, on_results)
+        return results
 
-    def _fluid(self, clusters, progress=None) -> list[SimulationResult]:
+    def _fluid(self, clusters, progress=None, on_results=None) -> list[SimulationResult]:
         """Clusters of one kind (Splitwise or baseline) through the fluid model, a pass at a time."""
         from .fluid import pass_size
         results = []
@@ -307,10 +311,17 @@ class Simulator:
         for lo in range(0, len(clusters), size):   # per pass: per-request arrays never pile up
             part = clusters[lo:lo + size]
             ttft, e2e, util, oom, over, failed = self._simulate(part, "fluid")
-            results += self._results(part, ttft, e2e, util, oom, over, "fluid", failed)
-            if progress is not None:
-                progress(len(part))
+            results += self._parts_done(part, ttft, e2e, util, oom, over, "fluid", failed, progress, on_results)
         return results
+
+    def _parts_done(self, part, ttft, e2e, util, oom, over, method, failed, progress, on_results) -> list:
+        """The results of a part of a run, told to ``on_results`` and ``progress``."""
+        out = self._results(part, ttft, e2e, util, oom, over, method, failed)
+        if on_results is not None:
+            on_results(out)
+        if progress is not None:
+            progress(len(part))
+        return out
 
     def _results(self, clusters, ttft, e2e, util, oom, over, method, failed=None) -> list[SimulationResult]:
         lat = request_latencies(ttft, e2e, self.stream.output_tokens)

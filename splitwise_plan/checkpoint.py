@@ -1,0 +1,101 @@
+"""A sweep's results kept as they finish, so that a stopped sweep resumes where it stopped.
+
+The file (``OUTPUT.partial`` beside the sweep's first output file) holds one JSON line with
+the fingerprint of the sweep's inputs, then one line per finished design point (a
+:class:`~splitwise_plan.simulator.SimulationResult`). Each part of the sweep is appended and
+flushed to disk as it finishes; a line cut short by a crash is ignored. The same command run
+again finds the file, checks that its inputs are the same (else starts afresh) and simulates
+only the points still missing; the file is removed once the sweep's outputs are written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+FORMAT = "splitwise-plan sweep checkpoint"
+VERSION = 1
+
+
+def fingerprint(inputs: dict, stream, design: str, **extra) -> str:
+    """A digest of everything a sweep's results depend on: the inputs block of its report, the
+    request stream itself, the contents of any user files it names, the design and ``extra``."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"inputs": inputs, "design": design, **extra}, sort_keys=True, default=str).encode())
+    for a in (stream.arrival_s, stream.prompt_tokens, stream.output_tokens):
+        h.update(np.ascontiguousarray(a).tobytes())
+    for key in ("trace", "slo_file", "machines_file", "profiles_file"):
+        path = inputs.get(key)
+        if path and Path(path).is_file():
+            h.update(Path(path).read_bytes())
+    return h.hexdigest()
+
+
+def path_for(*outputs) -> Path | None:
+    """Where a sweep keeps its checkpoint: beside its first output file (None: no file output)."""
+    for out in outputs:
+        if out is not None and str(out) != "-":
+            p = Path(out)
+            return p.with_name(p.name + ".partial")
+    return None
+
+
+class Checkpoint:
+    """The finished points of one sweep, on disk."""
+
+    def __init__(self, path: Path, digest: str) -> None:
+        self.path, self.digest = Path(path), digest
+
+    def load(self) -> tuple[dict, str | None]:
+        """The results kept by an earlier run of the same sweep, by (prompt, token) machines, and a
+        note when a file was there but is not this sweep's (it is then started afresh)."""
+        from .study import decode_result
+
+        try:
+            with self.path.open() as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return {}, None
+        except OSError as exc:
+            return {}, f"ignoring {self.path}: {exc.strerror or exc}"
+        try:
+            head = json.loads(lines[0]) if lines else {}
+        except json.JSONDecodeError:
+            head = {}
+        if head.get("format") != FORMAT or head.get("version") != VERSION or head.get("fingerprint") != self.digest:
+            return {}, f"ignoring {self.path}: it was made by a sweep with other inputs; starting afresh"
+        done = {}
+        for line in lines[1:]:
+            try:
+                r = decode_result(json.loads(line))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue                       # cut short by a crash
+            done[(r.prompt_machines, r.token_machines)] = r
+        return done, None
+
+    def start(self, kept: Iterable = ()) -> None:
+        """Begin the file afresh: the header, then the results ``kept`` from an earlier run."""
+        from .study import encode_result
+
+        lines = [json.dumps({"format": FORMAT, "version": VERSION, "fingerprint": self.digest})]
+        lines += [json.dumps(encode_result(r)) for r in kept]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, self.path)
+
+    def add(self, results: Iterable) -> None:
+        """Append finished results and push them to disk."""
+        from .study import encode_result
+
+        with self.path.open("a") as f:
+            f.write("".join(json.dumps(encode_result(r)) + "\n" for r in results))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,92 @@
+"""A stopped sweep keeps its finished points and the same command goes on from them."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from splitwise_plan import checkpoint as ck
+from splitwise_plan.cli import main
+from splitwise_plan.simulator import Simulator
+from splitwise_plan.workloads import load_workload
+
+SWEEP = ["sweep", "--design", "HH", "--prompt", "1:3", "--token", "1:2", "--rps", "5", "--duration", "20",
+         "--method", "events", "--jobs", "1"]
+
+
+def _rows(path):
+    return list(csv.DictReader(path.open()))
+
+
+def test_a_stopped_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path, monkeypatch, capsys):
+    whole = tmp_path / "whole.csv"
+    assert main(SWEEP + ["--csv", str(whole), "--quiet"]) == 0
+    out = tmp_path / "out.csv"
+    partial = tmp_path / "out.csv.partial"
+    add, calls = ck.Checkpoint.add, []
+
+    def add_then_stop(self, results):      # Ctrl-C after the third point is kept
+        add(self, results)
+        calls.append(len(results))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ck.Checkpoint, "add", add_then_stop)
+    assert main(SWEEP + ["--csv", str(out)]) != 0
+    err = capsys.readouterr().err
+    assert "stopped: 3 of 6 design points are kept in" in err and str(partial) in err
+    assert not out.exists() and len(partial.read_text().splitlines()) == 1 + 3
+    monkeypatch.setattr(ck.Checkpoint, "add", add)
+    simulated = []
+    run_many = Simulator.run_many
+
+    def counted(self, design, points, *a, **kw):
+        simulated.extend(points)
+        return run_many(self, design, points, *a, **kw)
+
+    monkeypatch.setattr(Simulator, "run_many", counted)
+    assert main(SWEEP + ["--csv", str(out)]) == 0
+    assert "resuming: 3 of 6 design points kept in" in capsys.readouterr().err
+    assert len(simulated) == 3                  # only the missing points ran
+    assert _rows(out) == _rows(whole)           # the same report as the uninterrupted sweep
+    assert not partial.exists()                 # done: nothing left to resume
+
+
+def test_a_checkpoint_of_other_inputs_is_set_aside(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    partial = tmp_path / "s.json.partial"
+    partial.write_text(json.dumps({"format": ck.FORMAT, "version": ck.VERSION, "fingerprint": "other"}) + "\n")
+    assert main(SWEEP + ["--json", str(out)]) == 0
+    assert "made by a sweep with other inputs; starting afresh" in capsys.readouterr().err
+    assert len(json.loads(out.read_text())["results"]) == 6 and not partial.exists()
+
+
+def test_the_checkpoint_keeps_results_exactly_and_skips_a_torn_line(tmp_path):
+    stream = load_workload("coding").generate(5.0, duration_s=20.0, seed=0)
+    results = Simulator(stream, method="events").run_many("HH", [(1, 1), (2, 1)])
+    digest = ck.fingerprint({"model": "bloom-176b"}, stream, "splitwise-hh")
+    c = ck.Checkpoint(tmp_path / "x.partial", digest)
+    c.start()
+    c.add(results)
+    with c.path.open("a") as f:
+        f.write('{"type": "SimulationResult", "fiel')         # a crash while writing
+    done, why = c.load()
+    assert why is None and done == {(1, 1): results[0], (2, 1): results[1]}
+    done, why = ck.Checkpoint(c.path, digest + "0").load()
+    assert done == {} and "other inputs" in why
+
+
+def test_the_fingerprint_changes_with_any_input():
+    stream = load_workload("coding").generate(5.0, duration_s=20.0, seed=0)
+    other = load_workload("coding").generate(5.0, duration_s=20.0, seed=1)
+    base = ck.fingerprint({"model": "bloom-176b"}, stream, "splitwise-hh", stop_early=False)
+    assert base == ck.fingerprint({"model": "bloom-176b"}, stream, "splitwise-hh", stop_early=False)
+    for changed in (ck.fingerprint({"model": "llama2-70b"}, stream, "splitwise-hh", stop_early=False),
+                    ck.fingerprint({"model": "bloom-176b"}, other, "splitwise-hh", stop_early=False),
+                    ck.fingerprint({"model": "bloom-176b"}, stream, "splitwise-ha", stop_early=False),
+                    ck.fingerprint({"model": "bloom-176b"}, stream, "splitwise-hh", stop_early=True)):
+        assert changed != base
+    assert ck.path_for(None, "-", "map.png").name == "map.png.partial" and ck.path_for(None, "-") is None
