@@ -50,6 +50,7 @@ class Checkpoint:
 
     def __init__(self, path: Path, digest: str) -> None:
         self.path, self.digest = Path(path), digest
+        self.failed: str | None = None   # why the file could not be written (the sweep goes on without it)
 
     def load(self) -> tuple[dict, str | None]:
         """The results kept by an earlier run of the same sweep, by (prompt, token) machines, and a
@@ -85,17 +86,28 @@ class Checkpoint:
         lines = [json.dumps({"format": FORMAT, "version": VERSION, "fingerprint": self.digest})]
         lines += [json.dumps(encode_result(r)) for r in kept]
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("\n".join(lines) + "\n")
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text("\n".join(lines) + "\n")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            self.failed = f"cannot keep the sweep's progress in {self.path}: {exc.strerror or exc}"
 
     def add(self, results: Iterable) -> None:
-        """Append finished results and push them to disk."""
+        """Append finished results and push them to disk (nothing once writing has failed)."""
         from .study import encode_result
 
-        with self.path.open("a") as f:
-            f.write("".join(json.dumps(encode_result(r)) + "\n" for r in results))
-            f.flush()
-            os.fsync(f.fileno())
+        if self.failed:
+            return
+        try:
+            with self.path.open("a") as f:
+                f.write("".join(json.dumps(encode_result(r)) + "\n" for r in results))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            self.failed = f"cannot keep the sweep's progress in {self.path}: {exc.strerror or exc}"
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass

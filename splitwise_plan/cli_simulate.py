@@ -455,8 +455,11 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
         wanted = set(grid)
         done = {pt: r for pt, r in done.items() if pt in wanted}
         ckpt.start(done.values())
+        if ckpt.failed:
+            _note(ckpt.failed, quiet)
         if done:
             _note(f"resuming: {len(done):,} of {len(grid):,} design points kept in {where}", quiet)
+    told = ckpt is not None and ckpt.failed is not None
     todo = [pt for pt in grid if pt not in done]
     if jobs is None:
         jobs = sim.default_jobs(len(todo))
@@ -464,11 +467,13 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
         fresh = run_grid(sim, design, todo, quiet=quiet, jobs=jobs or cpu_cores(),
                          on_results=ckpt.add if ckpt is not None else None) if todo else []
     except KeyboardInterrupt:
-        if ckpt is not None:
+        if ckpt is not None and not ckpt.failed:
             kept = len(ckpt.load()[0])
             sys.stderr.write(f"stopped: {kept:,} of {len(grid):,} design points are kept in {where}; "
                              "the same command goes on from there\n")
         raise
+    if ckpt is not None and ckpt.failed and not told:   # writing failed during the run
+        _note(ckpt.failed, quiet)
     done.update(zip(todo, fresh))
     return [done[pt] for pt in grid], ckpt
 

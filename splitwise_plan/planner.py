@@ -132,7 +132,7 @@ class PlanRequest:
             raise SplitwisePlanError(f"max_confirm must be a positive integer, got {self.max_confirm!r}")
         if self.batch is not None and (not isinstance(self.batch, int) or self.batch < 1):
             raise SplitwisePlanError(f"batch must be a positive integer, got {self.batch!r}")
-        self.scheduler   # a bad --transfer or --bandwidth fails here, with one line
+        SchedulerConfig.with_transfer(self.transfer, self.bandwidth)   # a bad --transfer or --bandwidth: one line
         names = parse_designs(self.designs)
         object.__setattr__(self, "designs", names)
         if self.storage is not None or self.study is not None:

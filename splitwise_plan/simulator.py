@@ -186,9 +186,10 @@ class Simulator:
                      method: str | None = None) -> tuple[SimulationResult, dict]:
         """Simulate one design point: its result and, from the same run, each request's latencies.
 
-        The table (columns of equal length, in stream order): ``request`` (its index), ``arrival_s``, ``prompt_tokens``,
-        ``output_tokens``, ``ttft_s``, ``tbt_s``, ``e2e_s`` and their ``*_slowdown`` against the
-        reference machine; a request that did not finish has NaN latencies and ``finished`` False.
+        The table (columns of equal length, in stream order): ``request`` (its index), ``arrival_s``,
+        ``prompt_tokens``, ``output_tokens``, ``ttft_s``, ``tbt_s``, ``e2e_s`` and their ``*_slowdown``
+        against the reference machine; a request that did not finish has NaN latencies and
+        ``finished`` False.
         """
         method = method or self.method
         clusters = [self.cluster(design, n_prompt, n_token)]
@@ -196,8 +197,7 @@ class Simulator:
         result = self._results(clusters, ttft, e2e, util, oom, over, method, failed)[0]
         lat = request_latencies(ttft[0], e2e[0], self.stream.output_tokens)
         table = {"request": np.arange(len(self.stream)), "arrival_s": self.stream.arrival_s,
-                 "prompt_tokens": self.stream.prompt_tokens,
-                 "output_tokens": self.stream.output_tokens}
+                 "prompt_tokens": self.stream.prompt_tokens, "output_tokens": self.stream.output_tokens}
         table.update({f"{m}_s": lat[m] for m in lat})
         table.update({f"{m}_slowdown": lat[m] / ref for m, ref in zip(("ttft", "tbt", "e2e"), self.reference)})
         table["finished"] = np.isfinite(lat["e2e"])

@@ -90,3 +90,14 @@ def test_the_fingerprint_changes_with_any_input():
                     ck.fingerprint({"model": "bloom-176b"}, stream, "splitwise-hh", stop_early=True)):
         assert changed != base
     assert ck.path_for(None, "-", "map.png").name == "map.png.partial" and ck.path_for(None, "-") is None
+
+
+def test_a_sweep_whose_progress_cannot_be_kept_still_ends(tmp_path, monkeypatch, capsys):
+    def refuse(self, *a, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ck.Path, "write_text", refuse)
+    out = tmp_path / "s.csv"
+    assert main(SWEEP + ["--csv", str(out)]) == 0
+    assert capsys.readouterr().err.count("cannot keep the sweep's progress in") == 1
+    assert len(_rows(out)) == 6
