@@ -419,7 +419,9 @@ def simulate_cmd(
     c.print(inp.describe())
     c.print(f"{result.requests:,} requests, {result.completed:,} completed"
             + ("; [yellow]memory overflow: a KV transfer waited for token-machine memory[/]" if result.oom else ""))
-    c.print(f"cost {result.cost:.4g}, power {result.power:.4g}, utilization {result.utilization:.0%}; "
+    pools = (f" (prompt pool {result.prompt_utilization:.0%}, token pool {result.token_utilization:.0%})"
+             if result.token_machines else "")
+    c.print(f"cost {result.cost:.4g}, power {result.power:.4g}, utilization {result.utilization:.0%}{pools}; "
             f"{_slo_verdict(result, len(inp.slos))}")
     for p in (json_out, csv_out, requests_out):
         if p not in (None, STDOUT):

@@ -64,11 +64,13 @@ _RUN_WINDOW = 32        # buckets ahead (8 s) searched for the end of a decode r
 
 @dataclass(frozen=True)
 class FluidOutcome:
-    """Per-request TTFT and E2E (designs x requests) and per-design utilization."""
+    """Per-request TTFT and E2E (designs x requests) and per-design utilization, of all its machines
+    and of each pool (designs x 2: the prompt pool, the token pool; NaN for a baseline's)."""
 
     ttft: np.ndarray
     e2e: np.ndarray
     utilization: np.ndarray
+    pool_utilization: np.ndarray
     oom: np.ndarray
     overloaded: np.ndarray      # stopped: a request queued longer than ``overload_s``; the rest unfinished (NaN)
     failed: np.ndarray          # stopped: an SLO of ``Verdict`` could no longer hold; the rest unfinished (NaN)
@@ -122,7 +124,7 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
     if len(outs) == 1:
         return outs[0]
     return FluidOutcome(*(np.concatenate([getattr(o, f) for o in outs])
-                          for f in ("ttft", "e2e", "utilization", "oom", "overloaded", "failed")))
+                          for f in ("ttft", "e2e", "utilization", "pool_utilization", "oom", "overloaded", "failed")))
 
 
 def pass_size(n_designs: int, n_requests: int, parts_of: int = 1) -> int:
@@ -297,10 +299,10 @@ class _Run:
         running = np.zeros((D, M))
         starts = np.zeros(ring.shape, dtype=np.int16)   # laid out as the release ring
         # utilization, sampled at every bucket boundary: a machine is busy while decodes run on it
-        # or its prompt queue has work; busy_s keeps the seconds of designs since dropped, and
-        # sampled_s how long a stopped design was sampled
+        # or its prompt queue has work; busy_s keeps the seconds of designs since dropped (by home
+        # pool: prompt, token), and sampled_s how long a stopped design was sampled
         busy = np.zeros((D, M))
-        busy_s = np.zeros(D)
+        busy_s = np.zeros((D, 2))
         sampled_s = np.full(D, np.nan)
         starts_flat = starts.reshape(-1)
         R = _PENDING
@@ -544,7 +546,7 @@ class _Run:
 
         def flush_busy():
             """Bank the busy samples of the designs simulated; the stopped ones were sampled until now."""
-            busy_s[act] += busy.sum(axis=1) * _RING_S
+            busy_s[act] += np.stack([busy[:, :Cp].sum(axis=1), busy[:, Cp:].sum(axis=1)], axis=1) * _RING_S
             sampled_s[act[dying]] = last * _RING_S
 
         def compact():
@@ -780,8 +782,8 @@ class _Run:
 
     def _outcome(self, busy_s, ttft, last_token, oom, stop, failed, sampled_s=None) -> FluidOutcome:
         """Per-request TTFT and E2E (designs x requests) and each design's utilization: its
-        machines' busy seconds (``busy_s``) over their time to the last token or, for a stopped
-        design, over the time it was simulated (``sampled_s``).
+        machines' busy seconds (``busy_s``, designs x (prompt pool, token pool)) over their time
+        to the last token or, for a stopped design, over the time it was simulated (``sampled_s``).
 
         Works in place on ``ttft`` and ``last_token`` (requests x designs, the caller's own).
         """
@@ -792,11 +794,14 @@ class _Run:
         if sampled_s is not None:
             horizon = np.where(np.isnan(sampled_s), horizon, sampled_s)
         horizon = np.maximum(np.nan_to_num(horizon), 1e-9)
-        util = np.clip(busy_s / (self.machines * horizon), 0.0, 1.0)
+        util = np.clip(busy_s.sum(axis=1) / (self.machines * horizon), 0.0, 1.0)
+        counts = np.stack([self.cp, self.ct], axis=1).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):   # a baseline has no token pool: NaN
+            pools = np.clip(np.where(counts > 0, busy_s / (counts * horizon[:, None]), np.nan), 0.0, 1.0)
         ttft_t = np.ascontiguousarray(ttft.T)
         del ttft
         last_token -= self.a[:, None]           # E2E
-        return FluidOutcome(ttft_t, np.ascontiguousarray(last_token.T), util, oom,
+        return FluidOutcome(ttft_t, np.ascontiguousarray(last_token.T), util, pools, oom,
                             (stop < len(self.a)) & ~failed, failed)
 
     # -- baselines ----------------------------------------------------------------------
@@ -883,7 +888,8 @@ class _Run:
         live = dreq >= 0
         done[dreq[live], np.broadcast_to(rows[:, None, None], dreq.shape)[live]] = dend[live]
         none = np.zeros(D, dtype=bool)
-        return self._outcome(busy.sum(axis=1) * _RING_S, pq.ttft(), done[:N], none, np.full(D, N), none)
+        busy_s = np.stack([busy.sum(axis=1), np.zeros(D)], axis=1) * _RING_S   # one pool
+        return self._outcome(busy_s, pq.ttft(), done[:N], none, np.full(D, N), none)
 
 
 def _count(flags) -> np.ndarray:

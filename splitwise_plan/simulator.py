@@ -56,6 +56,8 @@ class SimulationResult:
     cost: float = 0.0
     power: float = 0.0
     utilization: float = 0.0                 # mean busy fraction of the machines
+    prompt_utilization: float = math.nan     # of the prompt pool's machines (a baseline's: all of them)
+    token_utilization: float = math.nan      # of the token pool's (NaN for a baseline)
     oom: bool = False                        # a KV transfer had to wait for token-machine memory
     overloaded: bool = False                 # queues grew without bound: the simulation stopped early
     method: str = "fluid"
@@ -78,7 +80,10 @@ class SimulationResult:
                 {k: (_num(v) if isinstance(v, float) else v) for k, v in viol.items()}
                 for viol in self.violations]},
             "cost": round(self.cost, 6), "power": round(self.power, 6),
-            "utilization": round(self.utilization, 6), "oom": self.oom, "overloaded": self.overloaded,
+            "utilization": round(self.utilization, 6),
+            "pool_utilization": {"prompt": _num(round(self.prompt_utilization, 6)),
+                                 "token": _num(round(self.token_utilization, 6))},
+            "oom": self.oom, "overloaded": self.overloaded,
             "stopped_early": self.stopped_early, "method": self.method,
         }
 
@@ -95,7 +100,8 @@ class SimulationResult:
         if self.tightest:
             row["tightest_slo"] = f"{self.tightest['metric']}_p{self.tightest['percentile']:g}"
             row["tightest_ratio"] = float(self.tightest["ratio"])
-        row.update(utilization=self.utilization, oom=self.oom, overloaded=self.overloaded,
+        row.update(utilization=self.utilization, prompt_utilization=self.prompt_utilization,
+                   token_utilization=self.token_utilization, oom=self.oom, overloaded=self.overloaded,
                    stopped_early=self.stopped_early, method=self.method)
         return row
 
@@ -287,13 +293,17 @@ class Simulator:
         if method == "events":
             from .oracle import simulate_events
             outs = [simulate_events(c, self.stream) for c in clusters]
-            return (np.stack([o.ttft for o in outs]), np.stack([o.e2e for o in outs]),
-                    [float(np.mean(o.busy_s) / max(o.horizon_s, 1e-9)) for o in outs], [o.oom for o in outs],
-                    [False] * len(outs), None)
+            util = [(float(np.mean(o.busy_s) / max(o.horizon_s, 1e-9)),
+                     float(np.mean(o.busy_s[:c.prompt.count]) / max(o.horizon_s, 1e-9)),
+                     float(np.mean(o.busy_s[c.prompt.count:]) / max(o.horizon_s, 1e-9)) if c.token else math.nan)
+                    for c, o in zip(clusters, outs)]
+            return (np.stack([o.ttft for o in outs]), np.stack([o.e2e for o in outs]), util,
+                    [o.oom for o in outs], [False] * len(outs), None)
         from .fluid import Verdict, simulate_fluid
         verdict = Verdict.of(self.slos, self.reference, len(self.stream)) if self.stop_early else None
         out = simulate_fluid(clusters, self.stream, self.overload_s, verdict)
-        return (out.ttft, out.e2e, list(out.utilization), list(out.oom), list(out.overloaded), list(out.failed))
+        util = [(float(u), float(p), float(t)) for u, (p, t) in zip(out.utilization, out.pool_utilization)]
+        return (out.ttft, out.e2e, util, list(out.oom), list(out.overloaded), list(out.failed))
 
     def _events(self, clusters, progress=None, on_results=None) -> list[SimulationResult]:
         """Clusters through the oracle, one at a time."""
@@ -340,6 +350,7 @@ class Simulator:
                 token_machines=c.token.count if c.token else 0, requests=len(self.stream),
                 completed=int(completed[i]), latency_s=lp, slowdown=sp, slo_met=met,
                 violations=tuple(viol), tightest=self.slos.tightest(sp, lp), cost=c.cost,
-                power=c.power, utilization=float(util[i]), oom=bool(oom[i]), overloaded=bool(over[i]),
+                power=c.power, utilization=util[i][0], prompt_utilization=util[i][1],
+                token_utilization=util[i][2], oom=bool(oom[i]), overloaded=bool(over[i]),
                 method=method, stopped_early=bool(failed[i]) if failed is not None else False))
         return results

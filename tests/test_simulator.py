@@ -170,6 +170,34 @@ def test_fluid_tracks_the_oracle(design, n_prompt, n_token, rate, workload):
     assert fluid.utilization == pytest.approx(oracle.utilization, abs=0.05)
 
 
+def test_the_pools_utilizations_make_up_the_whole():
+    stream = load_workload("coding").generate(15.0, duration_s=40.0, seed=3)
+    for method in ("fluid", "events"):
+        for design, n_prompt, n_token in (("HH", 6, 2), ("HA", 5, 6)):
+            r = Simulator(stream, method=method).run(design, n_prompt, n_token)
+            whole = (n_prompt * r.prompt_utilization + n_token * r.token_utilization) / (n_prompt + n_token)
+            assert whole == pytest.approx(r.utilization, rel=1e-9), method
+        baseline = Simulator(stream, method=method).run("H100", 8)
+        assert baseline.prompt_utilization == pytest.approx(baseline.utilization)
+        assert np.isnan(baseline.token_utilization)
+        assert baseline.to_dict()["pool_utilization"] == {"prompt": round(baseline.utilization, 6), "token": None}
+
+
+@pytest.mark.parametrize("design,n_prompt,n_token", [("HH", 25, 5), ("HA", 26, 6), ("HHcap", 24, 5), ("HH", 27, 2)])
+def test_each_pools_utilization_tracks_the_oracle_near_the_frontier(coding70_60s, design, n_prompt, n_token):
+    # the fluid model samples a token machine busy while a decode runs there, at 0.25 s steps
+    fluid = Simulator(coding70_60s).run(design, n_prompt, n_token)
+    oracle = Simulator(coding70_60s, method="events").run(design, n_prompt, n_token)
+    assert fluid.prompt_utilization == pytest.approx(oracle.prompt_utilization, abs=0.03)
+    assert fluid.token_utilization == pytest.approx(oracle.token_utilization, abs=0.07)
+    assert oracle.prompt_utilization < oracle.token_utilization   # the prompt pool is provisioned for TTFT
+
+
+@pytest.fixture(scope="module")
+def coding70_60s():
+    return load_workload("coding").generate(70.0, duration_s=60.0, seed=3)
+
+
 def test_fluid_tracks_the_oracle_when_the_token_pool_is_starved():
     # Decodes spill onto borrowed prompt machines (the mixed pool) and are slowed by their prompts.
     stream = load_workload("coding").generate(25.0, duration_s=40.0, seed=3)
