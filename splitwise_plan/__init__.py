@@ -28,7 +28,8 @@ __all__ = [
 # The planner (issue 4): ``from splitwise_plan import plan`` for notebooks.
 from .budget import parse_budget  # noqa: E402
 from .planner import DesignPlan, PlanRequest, PlanResult, plan, render as render_plan  # noqa: E402
+from .cluster import SchedulerConfig  # noqa: E402
 from .simulator import SimulationResult, Simulator  # noqa: E402
 
 __all__ += ["plan", "PlanRequest", "PlanResult", "DesignPlan", "render_plan", "parse_budget",
-            "Simulator", "SimulationResult"]
+            "Simulator", "SimulationResult", "SchedulerConfig"]
