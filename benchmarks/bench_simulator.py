@@ -1,6 +1,6 @@
 """Fidelity and speed of the simulators (issue 3). Prints figures and ratios; asserts nothing.
 
-    python benchmarks/bench_simulator.py [--events]
+    python benchmarks/bench_simulator.py [--events] [--scenarios]
 
 Reads the reference results from ../shared (skips that part when absent) and plans the
 reference's trace (the fluid search, answers confirmed by the oracle); compares the fluid
@@ -8,7 +8,9 @@ model with the discrete-event oracle on 72 varied points per model and on 144 po
 the Splitwise frontiers at 70 req/s (about 3 minutes); times batches of designs, the whole
 Splitwise-HH 39x39 grid and its sweep on 2 workers, through the API and as a command, each
 three times with the median reported, with and without the early verdict (about 6 minutes).
-``--events`` also runs the oracle on all 75 reference rows.
+``--events`` also runs the oracle on all 75 reference rows; ``--scenarios`` also compares the
+fluid model with the oracle around the planner's answers in four other workload, model and rate
+scenarios (about 7 minutes).
 """
 
 from __future__ import annotations
@@ -129,6 +131,36 @@ def frontier_agreement() -> None:
           f"percentiles {np.median(errs):.1%}, of the machine utilization {np.median(util):.3f} (max "
           f"{np.max(util):.3f}); missed (tightest SLO ratio, fluid vs oracle): {'; '.join(missed) or 'none'} "
           f"({time.perf_counter() - t0:.0f} s)")
+
+
+# beyond the reference's trace and the frontier points above: other workloads, models and rates
+SCENARIOS = (("bloom-176b", "conversation", 70.0), ("bloom-176b", "coding", 100.0),
+             ("llama2-70b", "coding", 120.0), ("llama2-70b", "conversation", 150.0))
+
+
+def scenario_agreement() -> None:
+    """The fluid model against the oracle around each Splitwise design's planned answer (prompt -2..+2 x
+    token -1..+2) in other scenarios, on a stream of another seed than the plan's (about 7 minutes)."""
+    from splitwise_plan import plan
+    agree_all = total_all = 0
+    for model, workload, rate in SCENARIOS:
+        t0 = time.perf_counter()
+        res = plan(goal="min-cost", rps=rate, model=model, workload=workload, designs="HH,HA,AA,HHcap", seed=0)
+        points = [(d.short, d.prompt + dp, d.token + dt) for d in res.designs if d.status == "ok"
+                  for dp in (-2, 0, 2) for dt in (-1, 0, 1, 2) if d.prompt + dp >= 1 and d.token + dt >= 1]
+        stream = load_workload(workload).generate(rate, duration_s=120.0, seed=1)
+        fluid = Simulator(stream, model).run_points(points)
+        events = Simulator(stream, model, method="events").run_points(points)
+        agree = sum(f.slo_met == o.slo_met for f, o in zip(fluid, events))
+        errs = [np.median(np.abs(_raw(f) / _raw(o) - 1)) for f, o in zip(fluid, events)]
+        missed = [f"{d} {p}+{t} ({f.tightest['ratio']:.2f} vs {o.tightest['ratio']:.2f})"
+                  for (d, p, t), f, o in zip(points, fluid, events) if f.slo_met != o.slo_met]
+        agree_all, total_all = agree_all + agree, total_all + len(points)
+        print(f"[scenario] {model}, {workload} at {rate:g} req/s, seed 1, around the plan's answers "
+              f"({', '.join(f'{d.short} {d.prompt}+{d.token}' for d in res.designs if d.status == 'ok')}): pass/fail "
+              f"agreement {agree}/{len(points)}, median relative error {np.median(errs):.1%}; missed (fluid vs "
+              f"oracle): {'; '.join(missed) or 'none'} ({time.perf_counter() - t0:.0f} s)")
+    print(f"[scenario] all: {agree_all}/{total_all} = {agree_all / total_all:.1%} (target >= 95%)")
 
 
 def planner_answers() -> None:
@@ -339,6 +371,8 @@ def _list(values) -> str:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", action="store_true", help="also measure the discrete-event oracle")
+    ap.add_argument("--scenarios", action="store_true",
+                    help="also compare the fluid model with the oracle in other workloads, models and rates (~7 min)")
     args = ap.parse_args()
     fidelity("fluid")
     if args.events:
@@ -346,5 +380,7 @@ if __name__ == "__main__":
     planner_answers()
     oracle_agreement()
     frontier_agreement()
+    if args.scenarios:
+        scenario_agreement()
     speed()
     sys.exit(0)
