@@ -110,6 +110,17 @@ FRONTIER = ([("HH", p, t) for p in (21, 23, 25, 27) for t in (2, 4, 5, 6, 8)]
             + [("HHcap", p, t) for p in (23, 25, 27, 28) for t in (1, 3, 5, 7)])
 
 
+def _agreement(points, fluid, events) -> tuple:
+    """Per pair of results of ``points``: the pass/fail agreements, the median relative errors of the nine
+    raw percentiles, the utilization differences, and the points missed (with both tightest SLO ratios)."""
+    agree = sum(f.slo_met == o.slo_met for f, o in zip(fluid, events))
+    errs = [np.median(np.abs(_raw(f) / _raw(o) - 1)) for f, o in zip(fluid, events)]
+    util = [abs(f.utilization - o.utilization) for f, o in zip(fluid, events)]
+    missed = [f"{d} {p}+{t} ({f.tightest['ratio']:.2f} vs {o.tightest['ratio']:.2f})"
+              for (d, p, t), f, o in zip(points, fluid, events) if f.slo_met != o.slo_met]
+    return agree, errs, util, missed
+
+
 def frontier_agreement() -> None:
     """The fluid model against the oracle where the planner's search decides: near the frontier, 2-minute streams."""
     agree = total = 0
@@ -119,13 +130,11 @@ def frontier_agreement() -> None:
         stream = load_workload("coding").generate(70.0, duration_s=120.0, seed=seed)
         fluid = Simulator(stream).run_points(FRONTIER)
         events = Simulator(stream, method="events").run_points(FRONTIER)
-        for (design, p, t), f, o in zip(FRONTIER, fluid, events):
-            total += 1
-            agree += f.slo_met == o.slo_met
-            errs.append(np.median(np.abs(_raw(f) / _raw(o) - 1)))
-            util.append(abs(f.utilization - o.utilization))
-            if f.slo_met != o.slo_met:
-                missed.append(f"seed {seed} {design} {p}+{t} ({f.tightest['ratio']:.2f} vs {o.tightest['ratio']:.2f})")
+        a, e, u, m = _agreement(FRONTIER, fluid, events)
+        agree, total = agree + a, total + len(FRONTIER)
+        errs += e
+        util += u
+        missed += [f"seed {seed} {x}" for x in m]
     print(f"[oracle] bloom-176b near the Splitwise frontiers (coding 70 req/s, 120 s, seeds 0 and 1, {total} points): "
           f"pass/fail agreement {agree}/{total} = {agree / total:.1%}, median relative error of the nine raw "
           f"percentiles {np.median(errs):.1%}, of the machine utilization {np.median(util):.3f} (max "
@@ -151,10 +160,7 @@ def scenario_agreement() -> None:
         stream = load_workload(workload).generate(rate, duration_s=120.0, seed=1)
         fluid = Simulator(stream, model).run_points(points)
         events = Simulator(stream, model, method="events").run_points(points)
-        agree = sum(f.slo_met == o.slo_met for f, o in zip(fluid, events))
-        errs = [np.median(np.abs(_raw(f) / _raw(o) - 1)) for f, o in zip(fluid, events)]
-        missed = [f"{d} {p}+{t} ({f.tightest['ratio']:.2f} vs {o.tightest['ratio']:.2f})"
-                  for (d, p, t), f, o in zip(points, fluid, events) if f.slo_met != o.slo_met]
+        agree, errs, _, missed = _agreement(points, fluid, events)
         agree_all, total_all = agree_all + agree, total_all + len(points)
         print(f"[scenario] {model}, {workload} at {rate:g} req/s, seed 1, around the plan's answers "
               f"({', '.join(f'{d.short} {d.prompt}+{d.token}' for d in res.designs if d.status == 'ok')}): pass/fail "

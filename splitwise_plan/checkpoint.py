@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -48,9 +48,16 @@ def path_for(*outputs) -> Path | None:
 class Checkpoint:
     """The finished points of one sweep, on disk."""
 
-    def __init__(self, path: Path, digest: str) -> None:
-        self.path, self.digest = Path(path), digest
+    def __init__(self, path: Path, digest: str, on_fail: Callable[[str], None] | None = None) -> None:
+        self.path, self.digest, self.on_fail = Path(path), digest, on_fail
         self.failed: str | None = None   # why the file could not be written (the sweep goes on without it)
+        self.kept = 0                    # results the file holds
+
+    def _fail(self, exc: OSError) -> None:
+        """Stop writing the file, and say why once."""
+        self.failed = f"cannot keep the sweep's progress in {self.path}: {exc.strerror or exc}"
+        if self.on_fail is not None:
+            self.on_fail(self.failed)
 
     def load(self) -> tuple[dict, str | None]:
         """The results kept by an earlier run of the same sweep, by (prompt, token) machines, and a
@@ -89,8 +96,9 @@ class Checkpoint:
         try:
             tmp.write_text("\n".join(lines) + "\n")
             os.replace(tmp, self.path)
+            self.kept = len(lines) - 1
         except OSError as exc:
-            self.failed = f"cannot keep the sweep's progress in {self.path}: {exc.strerror or exc}"
+            self._fail(exc)
 
     def add(self, results: Iterable) -> None:
         """Append finished results and push them to disk (nothing once writing has failed)."""
@@ -98,13 +106,15 @@ class Checkpoint:
 
         if self.failed:
             return
+        lines = [json.dumps(encode_result(r)) + "\n" for r in results]
         try:
             with self.path.open("a") as f:
-                f.write("".join(json.dumps(encode_result(r)) + "\n" for r in results))
+                f.write("".join(lines))
                 f.flush()
                 os.fsync(f.fileno())
+            self.kept += len(lines)
         except OSError as exc:
-            self.failed = f"cannot keep the sweep's progress in {self.path}: {exc.strerror or exc}"
+            self._fail(exc)
 
     def remove(self) -> None:
         try:

@@ -20,6 +20,7 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from .cli import app, console
+from .cluster import SchedulerConfig
 from .designs import Design, get_design
 from .errors import SplitwisePlanError
 from .progress import progress
@@ -149,7 +150,7 @@ class Inputs:
     profiles_file: Optional[Path]
     profiles: object
     method: str
-    scheduler: object = None        # SchedulerConfig (the KV transfer); None: the reference's
+    scheduler: SchedulerConfig = SchedulerConfig()   # the KV transfer among them
 
     def simulator(self, stream=None, stop_early: bool = False):
         from .simulator import Simulator
@@ -158,10 +159,6 @@ class Inputs:
                          machines=self.machines, slos=self.slos, scheduler=self.scheduler,
                          method=self.method, stop_early=stop_early)
 
-    def scheduler_config(self):
-        from .cluster import SchedulerConfig
-        return self.scheduler or SchedulerConfig()
-
     def report(self, **extra) -> dict:
         from .reports import report_inputs
         return report_inputs(model=self.model, tensor_parallel=self.tensor_parallel, workload=self.workload,
@@ -169,12 +166,12 @@ class Inputs:
                              requests=len(self.stream) if self.stream is not None else None,
                              slo_file=self.slo_file, slos=self.slos, machines_file=self.machines_file,
                              machines=self.machines, profiles_file=self.profiles_file,
-                             method=self.method, kv_transfer=self.scheduler_config().kv_transfer(), **extra)
+                             method=self.method, kv_transfer=self.scheduler.kv_transfer(), **extra)
 
     def describe(self) -> str:
         src = f"trace {self.trace}" if self.trace else f"{self.workload} at {self.rate:g} req/s, {self.duration_s:g} s, seed {self.seed}"
         n = f", {len(self.stream):,} requests" if self.stream is not None else ""
-        return (f"{src}{n}; {self.model} TP{self.tensor_parallel}, {self.scheduler_config().describe()}; "
+        return (f"{src}{n}; {self.model} TP{self.tensor_parallel}, {self.scheduler.describe()}; "
                 f"simulated with method {self.method}")
 
 
@@ -200,7 +197,6 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
                    profiles: Optional[Path], method: str, need_stream: bool = True,
                    allow_trace: bool = True, transfer: str = "serialized", bandwidth: float = 200.0) -> Inputs:
     """Validate the shared inputs cheaply first (names, numbers), then load the files and the stream."""
-    from .cluster import SchedulerConfig
     from .machines import load_machines
     from .models import get_model
     from .profiles import ProfileSet
@@ -450,18 +446,15 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
     ckpt, done = None, {}
     if where is not None:
         ckpt = Checkpoint(where, fingerprint(inp.report(), inp.stream, design.name, stop_early=stop_early,
-                                             version=__version__))
+                                             version=__version__), on_fail=lambda why: _note(why, quiet))
         done, why = ckpt.load()
         if why:
             _note(why, quiet)
         wanted = set(grid)
         done = {pt: r for pt, r in done.items() if pt in wanted}
         ckpt.start(done.values())
-        if ckpt.failed:
-            _note(ckpt.failed, quiet)
         if done:
             _note(f"resuming: {len(done):,} of {len(grid):,} design points kept in {where}", quiet)
-    told = ckpt is not None and ckpt.failed is not None
     todo = [pt for pt in grid if pt not in done]
     if jobs is None:
         jobs = sim.default_jobs(len(todo))
@@ -470,12 +463,9 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
                          on_results=ckpt.add if ckpt is not None else None) if todo else []
     except KeyboardInterrupt:
         if ckpt is not None and not ckpt.failed:
-            kept = len(ckpt.load()[0])
-            sys.stderr.write(f"stopped: {kept:,} of {len(grid):,} design points are kept in {where}; "
+            sys.stderr.write(f"stopped: {ckpt.kept:,} of {len(grid):,} design points are kept in {where}; "
                              "the same command goes on from there\n")
         raise
-    if ckpt is not None and ckpt.failed and not told:   # writing failed during the run
-        _note(ckpt.failed, quiet)
     done.update(zip(todo, fresh))
     return [done[pt] for pt in grid], ckpt
 
@@ -669,7 +659,7 @@ def check_cmd(
                     if headroom else f"{inp.rate:.4g} req/s")
         src = f"trace {trace}" if trace else f"{inp.workload}, {inp.duration_s:g} s, seed {inp.seed}"
         lines = [f"check: {spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}",
-                 f"load:  {rate_txt}; {src}; {len(inp.stream):,} requests; {inp.scheduler_config().describe()}; "
+                 f"load:  {rate_txt}; {src}; {len(inp.stream):,} requests; {inp.scheduler.describe()}; "
                  f"method {inp.method}"]
         n = len(inp.slos)
         if result.slo_met:
@@ -793,7 +783,7 @@ def capacity_cmd(
             write_json(json_out, doc)
     if json_out != STDOUT:
         head = f"{spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}"
-        how = (f"{wl.name}, {duration:g} s, seed {seed}, {inp.scheduler_config().describe()}, method {inp.method}, "
+        how = (f"{wl.name}, {duration:g} s, seed {seed}, {inp.scheduler.describe()}, method {inp.method}, "
                f"{len(trials)} simulations")
         if cap is None:
             typer.echo(f"capacity of {head}: none; the SLOs fail even at {fail:.4g} req/s ({how})")

@@ -53,6 +53,11 @@ class SchedulerConfig:
         """Bytes a second the KV cache appears to move at: layer-wise transfer hides most of it behind the prompt."""
         return self.transfer_bandwidth_bytes_s * (LAYERWISE_SPEEDUP if self.layerwise_transfer else 1.0)
 
+    @property
+    def is_reference(self) -> bool:
+        """The reference simulator's constants (its 200 GiB/s serialized transfer among them)?"""
+        return self == SchedulerConfig()
+
     def describe(self) -> str:
         return f"KV transfer {self.transfer} at {self.bandwidth_gib_s:g} GiB/s"
 

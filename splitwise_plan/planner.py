@@ -903,7 +903,7 @@ def plan_title(req: PlanRequest) -> str:
     src = req.trace or req.workload
     return (f"{title} - {req.model}, {src}, {req.duration:g} s, seed {req.seed}"
             + (f" (worst of {req.seeds} seeds)" if req.seeds > 1 else "")
-            + (f", {req.scheduler.describe()}" if req.scheduler != SchedulerConfig() else ""))
+            + ("" if req.scheduler.is_reference else f", {req.scheduler.describe()}"))
 
 
 def render(result: PlanResult, console=None) -> None:

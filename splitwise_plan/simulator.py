@@ -293,9 +293,11 @@ class Simulator:
         if method == "events":
             from .oracle import simulate_events
             outs = [simulate_events(c, self.stream) for c in clusters]
-            util = [(float(np.mean(o.busy_s) / max(o.horizon_s, 1e-9)),
-                     float(np.mean(o.busy_s[:c.prompt.count]) / max(o.horizon_s, 1e-9)),
-                     float(np.mean(o.busy_s[c.prompt.count:]) / max(o.horizon_s, 1e-9)) if c.token else math.nan)
+
+            def busy(o, machines) -> float:
+                return float(np.mean(machines) / max(o.horizon_s, 1e-9)) if len(machines) else math.nan
+
+            util = [(busy(o, o.busy_s), busy(o, o.busy_s[:c.prompt.count]), busy(o, o.busy_s[c.prompt.count:]))
                     for c, o in zip(clusters, outs)]
             return (np.stack([o.ttft for o in outs]), np.stack([o.e2e for o in outs]), util,
                     [o.oom for o in outs], [False] * len(outs), None)

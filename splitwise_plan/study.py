@@ -765,10 +765,8 @@ def request_attrs(req, method: str) -> tuple[dict, dict]:
          "machines_file": _abs_if_file(req.machines_file), "profiles": _abs_if_file(req.profiles),
          "duration": float(req.duration), "seed": int(req.seed), "tp": int(req.tp), "search_method": method,
          "margin": float(req.margin), "limits": [list(x) for x in req.limits]}
-    from .cluster import SchedulerConfig
-
     sched = req.scheduler
-    if sched != SchedulerConfig():   # the reference's link is left out, as in the studies made before the option
+    if not sched.is_reference:   # the reference's link is left out, as in the studies made before the option
         r.update(transfer=sched.transfer, bandwidth=sched.bandwidth_gib_s)
     files = {}
     for k in ("workload", "trace", "slos", "machines_file", "profiles"):
