@@ -34,6 +34,7 @@ class RequestTimes:
     busy_s: np.ndarray    # busy seconds of each machine (prompt pool first)
     horizon_s: float      # when the last event happened
     oom: bool = False     # a transfer ever waited for memory on a token machine
+    overloaded: bool = False   # stopped: a prompt waited longer than ``overload_s``; later requests unfinished (NaN)
 
 
 class _Task:
@@ -310,8 +311,10 @@ class _Instance:
 
 
 class _Sim:
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, overload_s: float = float("inf")) -> None:
         self.cluster = cluster
+        self.overload_s = overload_s
+        self.overloaded = False
         self.cfg = cluster.scheduler
         self.kv = float(cluster.model.kv_bytes_per_token)
         self.now = 0.0
@@ -349,6 +352,7 @@ class _Sim:
         mem_t = self.kv * (req.output - 1)
         if self.cluster.is_baseline:
             inst = min(self.instances, key=lambda i: i.sched_pending)
+            self._check_overload(inst)
             inst.sched_pending += req.prompt + 1
             self._chain(req, inst, mem_p, mem_t, add_sched_mem=False)
             return
@@ -385,6 +389,7 @@ class _Sim:
             else:   # strict pools: queue on the least loaded machine of each pool
                 p_inst = p_inst or min(self.prompt_pool, key=lambda i: i.sched_pending)
                 t_inst = t_inst or min(self.token_pool, key=lambda i: i.sched_mem)
+        self._check_overload(p_inst)
         p_inst.sched_pending += req.prompt
         t_inst.sched_pending += 1
         if p_inst is t_inst:
@@ -396,6 +401,12 @@ class _Sim:
         req.prompt_task = _Task(req, True, mem_p)
         req.token_task = _Task(req, False, mem_t)
         self.push(self.now, p_inst.task_arrival, req.prompt_task)
+
+    def _check_overload(self, inst: _Instance) -> None:
+        """Overloaded once the oldest prompt waiting on the machine a request is routed to has waited
+        longer than ``overload_s`` (the fluid model's rule, seen from the queue's head): the run stops."""
+        if inst.pending_prompts and self.now - inst.pending_prompts[0].req.arrival > self.overload_s:
+            self.overloaded = True
 
     def _chain(self, req: _Req, inst: _Instance, mem_p: float, mem_t: float, add_sched_mem: bool) -> None:
         req.src = req.dst = inst
@@ -457,16 +468,18 @@ class _Sim:
             req = _Req(rid, float(arrivals[rid]), int(prompts[rid]), int(outputs[rid]))
             self.push(req.arrival, self.arrive, req)
         limit = np.inf if until is None else until
-        while self.heap:
+        while self.heap and not self.overloaded:
             t, _, fn, args = heapq.heappop(self.heap)
             if t > limit:
                 break
             self.now = t
             fn(*args)
         busy = np.array([i.busy for i in self.instances])
-        return RequestTimes(self.ttft, self.e2e, busy, self.now, self.oom)
+        return RequestTimes(self.ttft, self.e2e, busy, self.now, self.oom, self.overloaded)
 
 
-def simulate_events(cluster: Cluster, stream: RequestStream, until: float | None = None) -> RequestTimes:
-    """Run the discrete-event simulation of ``cluster`` on ``stream`` to the end (or ``until``)."""
-    return _Sim(cluster).run(stream, until)
+def simulate_events(cluster: Cluster, stream: RequestStream, until: float | None = None,
+                    overload_s: float = float("inf")) -> RequestTimes:
+    """Run the discrete-event simulation of ``cluster`` on ``stream`` to the end (or ``until``), or
+    until a prompt has waited longer than ``overload_s`` (then ``overloaded``)."""
+    return _Sim(cluster, overload_s).run(stream, until)

@@ -292,7 +292,7 @@ class Simulator:
         overflow, overload and verdict stop of ``clusters`` (one fluid pass, or one oracle run each)."""
         if method == "events":
             from .oracle import simulate_events
-            outs = [simulate_events(c, self.stream) for c in clusters]
+            outs = [simulate_events(c, self.stream, overload_s=self.overload_s) for c in clusters]
 
             def busy(o, machines) -> float:
                 return float(np.mean(machines) / max(o.horizon_s, 1e-9)) if len(machines) else math.nan
@@ -300,7 +300,7 @@ class Simulator:
             util = [(busy(o, o.busy_s), busy(o, o.busy_s[:c.prompt.count]), busy(o, o.busy_s[c.prompt.count:]))
                     for c, o in zip(clusters, outs)]
             return (np.stack([o.ttft for o in outs]), np.stack([o.e2e for o in outs]), util,
-                    [o.oom for o in outs], [False] * len(outs), None)
+                    [o.oom for o in outs], [o.overloaded for o in outs], None)
         from .fluid import Verdict, simulate_fluid
         verdict = Verdict.of(self.slos, self.reference, len(self.stream)) if self.stop_early else None
         out = simulate_fluid(clusters, self.stream, self.overload_s, verdict)

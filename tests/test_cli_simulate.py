@@ -55,6 +55,28 @@ def test_simulate_json_stdout_is_one_object_with_issue3_schema(capsys):
     assert isinstance(doc["slo"]["met"], bool) and isinstance(doc["slo"]["violations"], list)
 
 
+def test_one_design_point_defaults_to_the_discrete_event_method_and_a_grid_to_the_fluid_one(capsys, tmp_path):
+    from splitwise_plan.simulator import Simulator
+    args = ["--design", "HH", "-p", 2, "-t", 1, "--rps", 8, "--duration", 20, "--quiet", "--json"]
+    code, out, err = run(capsys, "simulate", *args)
+    assert code == 0, err
+    stream = load_workload("coding").generate(8, duration_s=20, seed=0)
+    for method in ("events", "fluid"):
+        r = Simulator(stream, method=method).run("HH", 2, 1)
+        same = json.loads(out)["latency_s"] == json.loads(json.dumps(r.to_dict()["latency_s"]))
+        assert same == (method == "events"), method
+    code, out, err = run(capsys, "sweep", "--design", "HH", "--prompt", "2:3", "--token", "1", "--rps", 8,
+                         "--duration", 20, "--quiet", "--json", tmp_path / "s.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "s.json").read_text())["inputs"]["method"] == "fluid"
+
+
+def test_simulate_says_when_it_stopped_an_overloaded_design(capsys):
+    code, out, err = run(capsys, "simulate", "--design", "HH", "-p", 1, "-t", 1, "--rps", 40, "--duration", 60)
+    assert code == 0, err
+    assert "overloaded: a prompt waited over 30 s" in out and "method events" in out
+
+
 def test_simulate_exit_0_when_slos_fail(capsys):
     code, out, err = run(capsys, "simulate", "--design", "hh", "-p", 1, "-t", 1, "--rps", 10, *FAST, "--json")
     assert code == 0

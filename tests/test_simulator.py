@@ -107,6 +107,35 @@ def test_an_overloaded_designs_unfinished_requests_are_marked():
     assert np.isnan(table["e2e_s"][~table["finished"]]).all()
 
 
+@pytest.mark.parametrize("design,n_prompt,n_token", [("HH", 1, 1), ("H100", 2, 0)])
+def test_the_oracle_stops_an_overloaded_design_without_changing_what_finished(design, n_prompt, n_token):
+    # Run to the end, the oracle lets some prompt wait past the overload limit; stopped there, it must
+    # give every request that finished before the stop the very latencies of the full run.
+    from splitwise_plan.oracle import simulate_events
+    stream = load_workload("coding").generate(40.0, duration_s=60.0, seed=1)
+    sim = Simulator(stream, method="events")
+    cluster = sim.cluster(design, n_prompt, n_token)
+    full = simulate_events(cluster, stream)
+    queued = full.ttft - np.array([cluster.prompt.latency.prompt_time(s) for s in stream.prompt_tokens])
+    assert not full.overloaded and np.nanmax(queued) > sim.overload_s
+    cut = simulate_events(cluster, stream, overload_s=sim.overload_s)
+    done = np.isfinite(cut.e2e)
+    assert cut.overloaded and 0 < done.sum() < len(stream) and cut.horizon_s < full.horizon_s
+    np.testing.assert_array_equal(cut.e2e[done], full.e2e[done])
+    np.testing.assert_array_equal(cut.ttft[np.isfinite(cut.ttft)], full.ttft[np.isfinite(cut.ttft)])
+    r = sim.run(design, n_prompt, n_token)      # the Simulator stops it too, and says so
+    assert r.overloaded and not r.slo_met and r.completed == done.sum()
+
+
+def test_the_oracle_leaves_a_design_that_keeps_up_unchanged():
+    from splitwise_plan.oracle import simulate_events
+    stream = load_workload("coding").generate(20.0, duration_s=30.0, seed=1)
+    cluster = Simulator(stream).cluster("HH", 8, 2)
+    full, cut = simulate_events(cluster, stream), simulate_events(cluster, stream, overload_s=30.0)
+    assert not cut.overloaded and np.isfinite(cut.e2e).all()
+    np.testing.assert_array_equal(cut.e2e, full.e2e)
+
+
 def test_two_prompts_on_a_busy_prompt_machine_share_one_batch():
     # the second and third prompt arrive while the first runs: they are batched together
     st = RequestStream(np.array([0.0, 0.01, 0.02]), np.array([1000, 300, 400]), np.array([5, 5, 5]))
