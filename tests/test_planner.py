@@ -44,6 +44,19 @@ def test_min_cost_equals_the_exhaustive_grid():
         assert a.evaluations < b.evaluations
 
 
+def test_the_answer_steps_down_to_a_cheaper_point_the_search_failed_and_the_oracle_holds():
+    # At 70 req/s of coding the fluid search fails Splitwise-AA 55+6 (tightest SLO 1.12x of its
+    # limit) where the discrete-event oracle holds it (0.997x): the planner confirms the search's
+    # 55+7, then must step down to 55+6, where the oracle fails both cheaper neighbours.
+    from splitwise_plan.simulator import Simulator
+    from splitwise_plan.workloads import load_workload
+    aa = plan(goal="min-cost", rps=70, designs="AA", jobs=1).get("AA")
+    assert (aa.status, aa.prompt, aa.token) == ("ok", 55, 6) and "search: 55+7" in aa.note
+    oracle = Simulator(load_workload("coding").generate(70, duration_s=120, seed=0), method="events")
+    assert oracle.run("AA", 55, 6).slo_met and aa.result.slo_met
+    assert not oracle.run("AA", 54, 6).slo_met and not oracle.run("AA", 55, 5).slo_met
+
+
 @pytest.mark.parametrize("cores", [2, 4])
 def test_side_processes_give_the_same_plan(min_cost, cores, monkeypatch):
     # With two jobs the baselines and the confirmations run in other processes, the Splitwise
