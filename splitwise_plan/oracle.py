@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from operator import attrgetter
 from bisect import insort
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from .workloads import RequestStream
 
 _QUEUED, _RUNNING, _BLOCKED, _DONE = range(4)
+_PENDING, _SCHED_MEM = attrgetter("sched_pending"), attrgetter("sched_mem")   # the routers' keys
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,6 @@ class _Task:
         self.mem = mem
         self.order = 0
 
-    @property
-    def remaining(self) -> int:
-        return self.size - self.generated
 
 
 class _Req:
@@ -157,75 +156,72 @@ class _Instance:
         cfg = self.sim.cfg
         old = self.batch
         if (not self.pending and not self.pending_prompts and not self.blocked
-                and len(self.pool_order) == len(old) and len(old) <= cfg.max_batch_size
-                and all(self.pool_tasks[t.req.rid][0] is t for t in old)):
-            bt = sum(t.tpi for t in old)
-            if bt <= cfg.max_batch_tokens:   # nothing waits and the batch still fits: it runs on as it is
-                self.batch_tokens = bt
-                return None, None
+                and len(self.pool_order) == len(old) and len(old) <= cfg.max_batch_size):
+            first, bt = self.pool_tasks, 0
+            for t in old:
+                if first[t.req.rid][0] is not t:
+                    break
+                bt += t.tpi
+            else:
+                if bt <= cfg.max_batch_tokens:   # nothing waits and the batch still fits: it runs on as it is
+                    self.batch_tokens = bt
+                    return None, None
+        # a scan stops when the batch is full or a task's tokens would not fit (a first task always fits)
+        cap_n, cap_tok, max_mem = cfg.max_batch_size, cfg.max_batch_tokens, self.max_mem
         new: list[_Task] = []
         in_batch: set[int] = set()
         bt = 0
         memory = self.mem
-
-        def full() -> bool:
-            return len(new) == cfg.max_batch_size
-
-        def too_many_tokens(t: _Task) -> bool:
-            return bool(new) and bt + t.tpi > cfg.max_batch_tokens
-
         for _, t in self.pending:                      # tasks preempted too often go first
             if t.nprem < cfg.max_preemptions:
                 break
-            if full() or too_many_tokens(t):
+            if len(new) == cap_n or (new and bt + t.tpi > cap_tok):
                 break
             if t.req.rid in in_batch:
                 continue
             if t.state == _BLOCKED:
                 new.append(t); in_batch.add(t.req.rid); bt += t.tpi
-            elif t.mem + memory <= self.max_mem:
+            elif t.mem + memory <= max_mem:
                 new.append(t); in_batch.add(t.req.rid); memory += t.mem; bt += t.tpi
         for t in self.pending_prompts:                  # then prompts, FCFS
-            if full() or too_many_tokens(t):
+            if len(new) == cap_n or (new and bt + t.tpi > cap_tok):
                 break
             if t.req.rid in in_batch:
                 continue
-            if t.mem + memory <= self.max_mem:
+            if t.mem + memory <= max_mem:
                 new.append(t); in_batch.add(t.req.rid); memory += t.mem; bt += t.tpi
             else:
                 break
         for t in self.blocked:                          # then preempted decodes
-            if full() or too_many_tokens(t):
+            if len(new) == cap_n or (new and bt + t.tpi > cap_tok):
                 break
             if t.req.rid in in_batch:
                 continue
             new.append(t); in_batch.add(t.req.rid); bt += t.tpi
         for t in old:                                   # then the running decodes
-            if full() or too_many_tokens(t):
+            if len(new) == cap_n or (new and bt + t.tpi > cap_tok):
                 break
             if t.req.rid in in_batch:
                 continue
             new.append(t); in_batch.add(t.req.rid); bt += t.tpi
+        first = self.pool_tasks
         for rid in self.pool_order:                     # then anything else, oldest first
-            if full():
+            if len(new) == cap_n:
                 break
-            t = self.pool_tasks[rid][0]
             if rid in in_batch:
                 continue
-            if too_many_tokens(t):
+            t = first[rid][0]
+            if new and bt + t.tpi > cap_tok:
                 break
             if t.state == _BLOCKED:
                 new.append(t); in_batch.add(rid); bt += t.tpi
-            elif t.mem + memory <= self.max_mem:
+            elif t.mem + memory <= max_mem:
                 new.append(t); in_batch.add(rid); memory += t.mem; bt += t.tpi
             else:
                 break
         self.batch_tokens = bt
-        new_ids = {id(t) for t in new}
-        old_ids = {id(t) for t in old}
-        preempted = [t for t in old if id(t) not in new_ids]
-        added = [t for t in new if id(t) not in old_ids]
-        return preempted, added
+        kept, had = set(new), set(old)                  # tasks hash by identity
+        return [t for t in old if t not in kept], [t for t in new if t not in had]
 
     def start_iteration(self) -> None:
         preempted, added = self._select_batch()
@@ -237,26 +233,33 @@ class _Instance:
             for t in added:
                 self._remove_pending(t)
                 self._enter_batch(t)
-            batch_ids = {id(t) for t in self.batch}
+            running = set(self.batch)
             for rid in self.pool_order:
                 t = self.pool_tasks[rid][0]
-                if id(t) not in batch_ids:
+                if t not in running:
                     t.nprem += 1
         if not self.batch:
             if not self.pool_order:
                 self.sim.notify_free(self)
             return
-        n_prompt_tokens = sum(t.tpi for t in self.batch if t.is_prompt)
-        n_decode = sum(1 for t in self.batch if not t.is_prompt)
-        self.iter_dur = self.sim.iteration_time(self.lat, n_prompt_tokens, n_decode)
-        self.n_contig = 1 if n_prompt_tokens else min(t.remaining for t in self.batch)
-        for t in self.batch:
+        n_prompt_tokens = n_decode = 0
+        least = None                    # the fewest tokens a task of the batch has left
+        for t in self.batch:            # one pass: the batch's shape, and its tasks start running
+            if t.is_prompt:
+                n_prompt_tokens += t.tpi
+            else:
+                n_decode += 1
+            left = t.size - t.generated
+            if least is None or left < least:
+                least = left
             if t.state == _QUEUED:
                 t.state = _RUNNING
                 self.mem += t.mem
                 t.req.memory += t.mem
             elif t.state == _BLOCKED:
                 t.state = _RUNNING
+        self.iter_dur = self.sim.iteration_time(self.lat, n_prompt_tokens, n_decode)
+        self.n_contig = 1 if n_prompt_tokens else least
         self.run_start = self.sim.now
         self.paused = False
         self.version += 1
@@ -351,7 +354,7 @@ class _Sim:
         mem_p = self.kv * (req.prompt + 1)
         mem_t = self.kv * (req.output - 1)
         if self.cluster.is_baseline:
-            inst = min(self.instances, key=lambda i: i.sched_pending)
+            inst = min(self.instances, key=_PENDING)
             self._check_overload(inst)
             inst.sched_pending += req.prompt + 1
             self._chain(req, inst, mem_p, mem_t, add_sched_mem=False)
@@ -359,7 +362,7 @@ class _Sim:
         p_inst = None
         for group in (self.prompt_pool, self.mixed_pool):
             if group:
-                cand = min(group, key=lambda i: i.sched_pending)
+                cand = min(group, key=_PENDING)
                 long = cand.pending and cand.sched_pending + req.prompt > cfg.prompt_max_pending_tokens
                 if not long:
                     p_inst = cand
@@ -367,28 +370,28 @@ class _Sim:
         t_inst = None
         for group in (self.token_pool, self.mixed_pool):
             if group:
-                cand = min(group, key=lambda i: i.sched_mem)
+                cand = min(group, key=_SCHED_MEM)
                 if cand.sched_mem + mem_p + mem_t < cand.max_mem:
                     t_inst = cand
                     break
         if cfg.mixed_pool:
             if p_inst is None and self.token_pool:
-                p_inst = min(self.token_pool, key=lambda i: i.sched_pending)
+                p_inst = min(self.token_pool, key=_PENDING)
                 self.token_pool.remove(p_inst)
                 self.mixed_pool.append(p_inst)
                 p_inst.mixed = True
             if t_inst is None and self.prompt_pool:
-                t_inst = min(self.prompt_pool, key=lambda i: i.sched_mem)
+                t_inst = min(self.prompt_pool, key=_SCHED_MEM)
                 self.prompt_pool.remove(t_inst)
                 self.mixed_pool.append(t_inst)
                 t_inst.mixed = True
         if p_inst is None or t_inst is None:
             if cfg.mixed_pool:
                 every = self.prompt_pool + self.mixed_pool + self.token_pool
-                p_inst = t_inst = min(every, key=lambda i: i.sched_pending)
+                p_inst = t_inst = min(every, key=_PENDING)
             else:   # strict pools: queue on the least loaded machine of each pool
-                p_inst = p_inst or min(self.prompt_pool, key=lambda i: i.sched_pending)
-                t_inst = t_inst or min(self.token_pool, key=lambda i: i.sched_mem)
+                p_inst = p_inst or min(self.prompt_pool, key=_PENDING)
+                t_inst = t_inst or min(self.token_pool, key=_SCHED_MEM)
         self._check_overload(p_inst)
         p_inst.sched_pending += req.prompt
         t_inst.sched_pending += 1

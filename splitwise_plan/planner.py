@@ -411,6 +411,13 @@ class _Confirmer:
         if self.pool is not None and self.req.confirm_method != self.search_method:
             self._submit(design, pt, rate, self.req.seed)
 
+    def searches_done(self) -> bool:
+        """Has every other design's search in this process ended (so confirmations started ahead slow none)?"""
+        if self.lockstep is None:
+            return True
+        with self.lockstep.away():
+            return self.lockstep.idle()
+
     def __call__(self, design: str, pt, rate, search_result=None):
         """(all seeds pass?, worst SimulationResult, simulations run)."""
         req = self.req
@@ -584,25 +591,38 @@ def _descend(confirm, design: str, pt, worst, key, space: Space, known_fail, rat
     """From a confirmed Splitwise answer, move to a neighbour better by the objective (one machine
     fewer in a pool, or one moved to the cheaper pool) while the confirm simulator holds there.
 
-    Near the frontier the fluid search errs both ways; a point it failed by less than
-    ``_FLUID_SLACK`` (``searched``: its results) may hold, and would otherwise hide a cheaper
-    design. Returns (point, its worst result)."""
-    tried = set(map(tuple, known_fail))
+    Near the frontier the fluid search errs both ways; a point it simulated to the end and
+    failed by less than ``_FLUID_SLACK`` (``searched``: its results) may hold, and would
+    otherwise hide a cheaper design. (A cheaper point it did not simulate it ruled out another
+    way: a failed point with as many machines or more in each pool.) Returns (point, its worst result)."""
+    failed = set(map(tuple, known_fail))   # by the confirm simulator: so does every point with fewer machines
+    tried = set(failed)
     lower = space.lower()
     (p_lo, p_hi), (_, t_hi) = space.p_range, space.t_range
     while True:
         p, t = pt
         better = [n for n in ((p - 1, t), (p, t - 1), (p - 1, t + 1), (p + 1, t - 1))
                   if p_lo <= n[0] <= p_hi and lower[n[0] - p_lo] <= n[1] <= t_hi and n not in tried
-                  and key(*n)[0] < key(p, t)[0] and (n not in searched or _ratio(searched[n]) < _FLUID_SLACK)]
-        for n in sorted(better, key=lambda n: key(*n)):
+                  and key(*n)[0] < key(p, t)[0] and _near_miss(searched.get(n))
+                  and not any(f[0] >= n[0] and f[1] >= n[1] for f in failed)]
+        better.sort(key=lambda n: key(*n))
+        if confirm.searches_done():   # the first here, the others side by side in the pool (if any)
+            for n in better[1:]:
+                confirm.prefetch(design, n, rate)
+        for n in better:
             tried.add(n)
             ok, w, _ = confirm(design, n, rate)
             if ok:
                 pt, worst = n, w
                 break
+            failed.add(n)
         else:
             return pt, worst
+
+
+def _near_miss(r) -> bool:
+    """Did the search simulate the point to the end and fail it by less than ``_FLUID_SLACK``?"""
+    return r is not None and not r.stopped_early and _ratio(r) < _FLUID_SLACK
 
 
 def _ratio(r) -> float:
