@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from operator import attrgetter
 from bisect import insort
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -53,7 +53,6 @@ class _Task:
         self.state = _QUEUED
         self.mem = mem
         self.order = 0
-
 
 
 class _Req:

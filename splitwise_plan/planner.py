@@ -595,7 +595,7 @@ def _descend(confirm, design: str, pt, worst, key, space: Space, known_fail, rat
     failed by less than ``_FLUID_SLACK`` (``searched``: its results) may hold, and would
     otherwise hide a cheaper design. (A cheaper point it did not simulate it ruled out another
     way: a failed point with as many machines or more in each pool.) Returns (point, its worst result)."""
-    failed = set(map(tuple, known_fail))   # by the confirm simulator: so does every point with fewer machines
+    failed = set(map(tuple, known_fail))   # points the confirm simulator failed: so do those with fewer machines
     tried = set(failed)
     lower = space.lower()
     (p_lo, p_hi), (_, t_hi) = space.p_range, space.t_range
