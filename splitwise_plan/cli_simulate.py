@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -357,6 +358,17 @@ def _counts_label(result) -> str:
     return f"{result.design}, {result.prompt_machines} machines"
 
 
+@contextmanager
+def _arrivals_bar(inp: Inputs, what: str, quiet: bool):
+    """A bar over the stream's requests for one discrete-event run (a spinner for the fluid model);
+    yields the callback the run reports its arrivals to."""
+    events = inp.method == "events"
+    with progress(len(inp.stream) if events else None, f"{what} ({inp.method})", quiet=quiet) as bar:
+        yield (lambda n: bar.update(completed=n)) if events else None
+        if events:
+            bar.update(completed=len(inp.stream))   # the run is over (an overloaded one stops early)
+
+
 def _slo_verdict(result, n_slos: int) -> str:
     if result.slo_met:
         return f"[green]all {n_slos} SLOs hold[/]"
@@ -402,8 +414,8 @@ def simulate_cmd(
                          seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
                          transfer=transfer, bandwidth=bandwidth)
     sim = inp.simulator()
-    with progress(None, f"simulating {d.name} ({inp.method})", quiet=quiet):
-        result, per_request = sim.run_requests(d, n_prompt, n_token)
+    with _arrivals_bar(inp, f"simulating {d.name}", quiet) as on_arrivals:
+        result, per_request = sim.run_requests(d, n_prompt, n_token, on_arrivals=on_arrivals)
     if csv_out is not None:
         write_csv(csv_out, [result.flat()])
     if requests_out is not None:
@@ -648,8 +660,9 @@ def check_cmd(
         inp.rate = inp.stream.rate
         inp.duration_s = inp.stream.duration_s
     sim = inp.simulator()
-    with progress(None, f"checking {spec.label} ({inp.method})", quiet=quiet):
-        result = sim.run(spec.design, spec.prompt_machines, spec.token_machines)
+    with _arrivals_bar(inp, f"checking {spec.label}", quiet) as on_arrivals:
+        result, _ = sim.run_requests(spec.design, spec.prompt_machines, spec.token_machines,
+                                     on_arrivals=on_arrivals)
     base_rate = rps if rps is not None else inp.rate / factor
     check = {"cluster": spec.to_dict(), "rps": base_rate, "headroom": headroom, "checked_rps": inp.rate,
              "passed": result.slo_met, "method": inp.method}

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 _QUEUED, _RUNNING, _BLOCKED, _DONE = range(4)
 _PENDING, _SCHED_MEM = attrgetter("sched_pending"), attrgetter("sched_mem")   # the routers' keys
+_PROGRESS_EVERY = 8192  # events between two reports to ``on_arrivals``
 
 
 @dataclass(frozen=True)
@@ -317,6 +318,7 @@ class _Sim:
         self.cluster = cluster
         self.overload_s = overload_s
         self.overloaded = False
+        self.arrived = 0        # requests routed so far
         self.cfg = cluster.scheduler
         self.kv = float(cluster.model.kv_bytes_per_token)
         self.now = 0.0
@@ -350,6 +352,7 @@ class _Sim:
     # -- cluster-level scheduling ------------------------------------------------
     def arrive(self, req: _Req) -> None:
         cfg = self.cfg
+        self.arrived += 1
         mem_p = self.kv * (req.prompt + 1)
         mem_t = self.kv * (req.output - 1)
         if self.cluster.is_baseline:
@@ -459,7 +462,7 @@ class _Sim:
         self.push(self.now, req.dst.task_arrival, req.token_task)
         src.flow_done()
 
-    def run(self, stream: RequestStream, until: float | None) -> RequestTimes:
+    def run(self, stream: RequestStream, until: float | None, on_arrivals=None) -> RequestTimes:
         n = len(stream)
         self.ttft = np.full(n, np.nan)
         self.e2e = np.full(n, np.nan)
@@ -470,18 +473,23 @@ class _Sim:
             req = _Req(rid, float(arrivals[rid]), int(prompts[rid]), int(outputs[rid]))
             self.push(req.arrival, self.arrive, req)
         limit = np.inf if until is None else until
+        events = 0
         while self.heap and not self.overloaded:
             t, _, fn, args = heapq.heappop(self.heap)
             if t > limit:
                 break
             self.now = t
             fn(*args)
+            events += 1
+            if on_arrivals is not None and not events % _PROGRESS_EVERY:
+                on_arrivals(self.arrived)
         busy = np.array([i.busy for i in self.instances])
         return RequestTimes(self.ttft, self.e2e, busy, self.now, self.oom, self.overloaded)
 
 
 def simulate_events(cluster: Cluster, stream: RequestStream, until: float | None = None,
-                    overload_s: float = float("inf")) -> RequestTimes:
+                    overload_s: float = float("inf"), on_arrivals=None) -> RequestTimes:
     """Run the discrete-event simulation of ``cluster`` on ``stream`` to the end (or ``until``), or
-    until a prompt has waited longer than ``overload_s`` (then ``overloaded``)."""
-    return _Sim(cluster, overload_s).run(stream, until)
+    until a prompt has waited longer than ``overload_s`` (then ``overloaded``). ``on_arrivals(n)``,
+    if given, hears now and then how many requests have arrived (for a progress bar)."""
+    return _Sim(cluster, overload_s).run(stream, until, on_arrivals)

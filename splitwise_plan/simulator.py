@@ -189,17 +189,18 @@ class Simulator:
         return self.run_many(design, [(n_prompt, n_token)], method=method)[0]
 
     def run_requests(self, design: str | Design, n_prompt: int, n_token: int = 0,
-                     method: str | None = None) -> tuple[SimulationResult, dict]:
+                     method: str | None = None, on_arrivals=None) -> tuple[SimulationResult, dict]:
         """Simulate one design point: its result and, from the same run, each request's latencies.
 
         The table (columns of equal length, in stream order): ``request`` (its index), ``arrival_s``,
         ``prompt_tokens``, ``output_tokens``, ``ttft_s``, ``tbt_s``, ``e2e_s`` and their ``*_slowdown``
         against the reference machine; a request that did not finish has NaN latencies and
-        ``finished`` False.
+        ``finished`` False. The discrete-event method tells ``on_arrivals(n)``, now and then, how
+        many requests have arrived.
         """
         method = method or self.method
         clusters = [self.cluster(design, n_prompt, n_token)]
-        ttft, e2e, util, oom, over, failed = self._simulate(clusters, method)
+        ttft, e2e, util, oom, over, failed = self._simulate(clusters, method, on_arrivals)
         result = self._results(clusters, ttft, e2e, util, oom, over, method, failed)[0]
         lat = request_latencies(ttft[0], e2e[0], self.stream.output_tokens)
         table = {"request": np.arange(len(self.stream)), "arrival_s": self.stream.arrival_s,
@@ -287,12 +288,13 @@ class Simulator:
                     out[i] = r
         return out
 
-    def _simulate(self, clusters, method: str) -> tuple:
+    def _simulate(self, clusters, method: str, on_arrivals=None) -> tuple:
         """Per-request TTFT and E2E (designs x requests) and per design the utilization, memory
         overflow, overload and verdict stop of ``clusters`` (one fluid pass, or one oracle run each)."""
         if method == "events":
             from .oracle import simulate_events
-            outs = [simulate_events(c, self.stream, overload_s=self.overload_s) for c in clusters]
+            outs = [simulate_events(c, self.stream, overload_s=self.overload_s, on_arrivals=on_arrivals)
+                    for c in clusters]
 
             def busy(o, machines) -> float:
                 return float(np.mean(machines) / max(o.horizon_s, 1e-9)) if len(machines) else math.nan

@@ -450,3 +450,11 @@ def test_a_run_takes_workers_only_where_they_gain_and_memory_holds_them(monkeypa
     assert sim.default_jobs(3, method="events") == 1 and sim.default_jobs(40, method="events") == cores
     free["pages"] = (fluid.PASS_MEMORY + 300 * 2**20) // page   # room for one worker only
     assert sim.default_jobs(1521) == 1
+
+
+def test_a_discrete_event_run_reports_its_arrivals_as_it_goes():
+    stream = load_workload("coding").generate(70.0, duration_s=60.0, seed=2)
+    seen: list = []
+    result, _ = Simulator(stream, method="events").run_requests("HH", 12, 3, on_arrivals=seen.append)
+    assert len(seen) >= 2 and seen == sorted(seen) and 0 < seen[0] and seen[-1] <= len(stream)
+    assert result.completed == len(stream)
