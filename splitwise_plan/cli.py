@@ -69,6 +69,20 @@ def console() -> Console:
     return c
 
 
+def opt_transfer(panel: Optional[str] = None):
+    """``--transfer``, shared by the planner and the simulation commands."""
+    return typer.Option("serialized", "--transfer", metavar="serialized|layerwise", rich_help_panel=panel,
+                        help="KV-cache transfer from prompt to token machine: after the prompt (serialized, the "
+                             "reference's default) or layer by layer during it (layerwise, ~90% hidden).")
+
+
+def opt_bandwidth(panel: Optional[str] = None):
+    """``--bandwidth``, shared by the planner and the simulation commands."""
+    return typer.Option(200.0, "--bandwidth", metavar="GIB_S", rich_help_panel=panel,
+                        help="KV-cache transfer bandwidth between two machines, GiB/s (the reference's 200; "
+                             "12.5 for its Ethernet variant).")
+
+
 @app.callback()
 def root(
     ctx: typer.Context,
@@ -95,10 +109,8 @@ def root(
     search_method: str = typer.Option("auto", "--search-method", help="Search simulator: auto, fluid or events."),
     confirm_method: str = typer.Option("events", "--confirm-method", help="Confirming simulator: events or fluid."),
     margin: float = typer.Option(0.0, "--margin", help="Search for tightest SLO ratio below 1 - margin."),
-    transfer: str = typer.Option("serialized", "--transfer", metavar="serialized|layerwise",
-                                 help="KV-cache transfer: after the prompt, or layer by layer during it (~90% hidden)."),
-    bandwidth: float = typer.Option(200.0, "--bandwidth", metavar="GIB_S",
-                                    help="KV-cache transfer bandwidth between two machines, GiB/s (reference: 200)."),
+    transfer: str = opt_transfer(),
+    bandwidth: float = opt_bandwidth(),
     storage: Optional[str] = typer.Option(
         None, "--storage", metavar="URL",
         help="Keep the search's Optuna trials: sqlite:///plan.db or postgresql://USER@HOST/DB (default: in memory). "

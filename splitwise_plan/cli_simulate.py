@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 from typer.core import TyperCommand
 
-from .cli import app, console
+from .cli import app, console, opt_bandwidth, opt_transfer
 from .cluster import SchedulerConfig
 from .designs import Design, get_design
 from .errors import SplitwisePlanError
@@ -108,18 +108,6 @@ def _opt_method(default: str = "fluid"):
                         help=f"Simulator: events (discrete-event, the reference simulator's rules one event at a "
                              f"time) or fluid (the vectorized queue model: fast in batches, within a few % of "
                              f"events). Default here: {default}.")
-
-
-def _opt_transfer():
-    return typer.Option("serialized", "--transfer", metavar="serialized|layerwise", rich_help_panel=ADV,
-                        help="KV-cache transfer from prompt to token machine: after the prompt (serialized, the "
-                             "reference's default) or layer by layer during it (layerwise, ~90% hidden).")
-
-
-def _opt_bandwidth():
-    return typer.Option(200.0, "--bandwidth", metavar="GIB_S", rich_help_panel=ADV,
-                        help="KV-cache transfer bandwidth between two machines, GiB/s (the reference's 200; "
-                             "12.5 for its Ethernet variant).")
 
 
 def _opt_json():
@@ -399,8 +387,8 @@ def simulate_cmd(
              "and as slowdowns, finished (an unfinished request's latencies are nan)."),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method("events"),
-    transfer: str = _opt_transfer(),
-    bandwidth: float = _opt_bandwidth(),
+    transfer: str = opt_transfer(ADV),
+    bandwidth: float = opt_bandwidth(ADV),
 ) -> None:
     """Simulate one cluster design: the nine SLO percentiles, cost and power (exit 0 either way)."""
     from .reports import build_report, check_writable, write_csv, write_json
@@ -512,8 +500,8 @@ def sweep_cmd(
                                         help="Design-space map (like the paper's Fig. 12): .png, .svg or .html."),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method(),
-    transfer: str = _opt_transfer(),
-    bandwidth: float = _opt_bandwidth(),
+    transfer: str = opt_transfer(ADV),
+    bandwidth: float = opt_bandwidth(ADV),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=(
         "Worker processes (default: one per core when the grid is worth it and memory allows; "
         "0: one per core; 1: this process only).")),
@@ -638,8 +626,8 @@ def check_cmd(
     csv_out: Optional[Path] = _opt_csv(),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method("events"),
-    transfer: str = _opt_transfer(),
-    bandwidth: float = _opt_bandwidth(),
+    transfer: str = opt_transfer(ADV),
+    bandwidth: float = opt_bandwidth(ADV),
 ) -> None:
     """CI gate: exit 0 when all SLOs hold at the rate (with headroom), 1 when any fails, 2 on bad input."""
     from .reports import build_report, write_csv, write_json
@@ -754,8 +742,8 @@ def capacity_cmd(
     csv_out: Optional[Path] = _opt_csv(),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method("events"),
-    transfer: str = _opt_transfer(),
-    bandwidth: float = _opt_bandwidth(),
+    transfer: str = opt_transfer(ADV),
+    bandwidth: float = opt_bandwidth(ADV),
 ) -> None:
     """The highest request rate at which the cluster holds all SLOs (bisection on the rate, same seed)."""
     from .reports import build_report, write_csv, write_json

@@ -596,21 +596,19 @@ def _descend(confirm, design: str, pt, worst, key, space: Space, known_fail, rat
     otherwise hide a cheaper design. (A cheaper point it did not simulate it ruled out another
     way: a failed point with as many machines or more in each pool.) Returns (point, its worst result)."""
     failed = set(map(tuple, known_fail))   # points the confirm simulator failed: so do those with fewer machines
-    tried = set(failed)
     lower = space.lower()
     (p_lo, p_hi), (_, t_hi) = space.p_range, space.t_range
     while True:
         p, t = pt
         better = [n for n in ((p - 1, t), (p, t - 1), (p - 1, t + 1), (p + 1, t - 1))
-                  if p_lo <= n[0] <= p_hi and lower[n[0] - p_lo] <= n[1] <= t_hi and n not in tried
+                  if p_lo <= n[0] <= p_hi and lower[n[0] - p_lo] <= n[1] <= t_hi
                   and key(*n)[0] < key(p, t)[0] and _near_miss(searched.get(n))
                   and not any(f[0] >= n[0] and f[1] >= n[1] for f in failed)]
         better.sort(key=lambda n: key(*n))
         if confirm.searches_done():   # the first here, the others side by side in the pool (if any)
             for n in better[1:]:
                 confirm.prefetch(design, n, rate)
-        for n in better:
-            tried.add(n)
+        for n in better:   # a point that holds is better than those tried before: never a candidate again
             ok, w, _ = confirm(design, n, rate)
             if ok:
                 pt, worst = n, w
