@@ -310,13 +310,8 @@ def capacity_model(sim, design: str | Design, *, max_load: float | None = None) 
     duration = stream.duration_s if stream.duration_s > 0 else 1.0
     sched: SchedulerConfig = sim.scheduler
     model: ModelSpec = sim.model
-    pm = sim.machine(d.prompt_machine)
-    tm = None if d.is_baseline else sim.machine(d.token_machine)
-    for m in (pm, tm):
-        if m is not None and m.hbm_bytes <= model.weights_bytes:
-            raise SplitwisePlanError(
-                f"{d.name}: the weights of {model.name} ({model.weights_bytes / 1e9:.0f} GB) do not fit in "
-                f"the {m.hbm_bytes / 2**30:.0f} GiB of HBM of {m.name}")
+    pm = sim.pool_machine(d, d.prompt_machine)
+    tm = None if d.is_baseline else sim.pool_machine(d, d.token_machine)
     lp = sim.latency(pm)
     prompt_side = phase_work(lp, pm, model, stream, sched, duration)
     it_min = _shortest_iteration_s(lp, sched)

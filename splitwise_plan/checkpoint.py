@@ -62,6 +62,7 @@ class Checkpoint:
     def load(self) -> tuple[dict, str | None]:
         """The results kept by an earlier run of the same sweep, by (prompt, token) machines, and a
         note when a file was there but is not this sweep's (it is then started afresh)."""
+        from .simulator import SimulationResult
         from .study import decode_result
 
         try:
@@ -71,9 +72,13 @@ class Checkpoint:
             return {}, None
         except OSError as exc:
             return {}, f"ignoring {self.path}: {exc.strerror or exc}"
+        except UnicodeDecodeError:
+            return {}, f"ignoring {self.path}: it is not a sweep's checkpoint (not text); starting afresh"
         try:
             head = json.loads(lines[0]) if lines else {}
-        except json.JSONDecodeError:
+        except ValueError:
+            head = {}
+        if not isinstance(head, dict):
             head = {}
         if head.get("format") != FORMAT or head.get("version") != VERSION or head.get("fingerprint") != self.digest:
             return {}, f"ignoring {self.path}: it was made by a sweep with other inputs; starting afresh"
@@ -81,8 +86,10 @@ class Checkpoint:
         for line in lines[1:]:
             try:
                 r = decode_result(json.loads(line))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue                       # cut short by a crash
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue                       # cut short by a crash, or not a result
+            if not isinstance(r, SimulationResult):
+                continue
             done[(r.prompt_machines, r.token_machines)] = r
         return done, None
 
@@ -98,6 +105,7 @@ class Checkpoint:
             os.replace(tmp, self.path)
             self.kept = len(lines) - 1
         except OSError as exc:
+            tmp.unlink(missing_ok=True)
             self._fail(exc)
 
     def add(self, results: Iterable) -> None:

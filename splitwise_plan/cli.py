@@ -42,12 +42,23 @@ class _Group(TyperGroup):
             report_error(SplitwisePlanError(exc.format_message()))
             raise typer.Exit(code=EXIT_USER_ERROR) from None
 
-    def invoke(self, ctx):  # noqa: D102 - see class docstring
+    def invoke(self, ctx):  # noqa: D102 - see class docstring; a command's usage errors are one line too
+        from .cli_simulate import _USAGE_ERRORS
         try:
             return super().invoke(ctx)
+        except _USAGE_ERRORS as exc:
+            report_error(SplitwisePlanError(_usage_line(exc)))
+            raise typer.Exit(code=EXIT_USER_ERROR) from None
         except SplitwisePlanError as exc:
             report_error(exc)
             raise typer.Exit(code=EXIT_USER_ERROR) from None
+
+
+def _usage_line(exc) -> str:
+    """A click usage error as one line, naming the command and pointing to its help."""
+    ctx = getattr(exc, "ctx", None)
+    where = f"{ctx.command_path}: " if ctx is not None and ctx.command_path else ""
+    return f"{where}{exc.format_message()} (see --help)"
 
 
 app = typer.Typer(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from .cli import app, console, opt_bandwidth, opt_transfer
-from .cluster import SchedulerConfig
+from .cluster import SchedulerConfig, pool_size
 from .designs import Design, get_design
 from .errors import SplitwisePlanError
 from .progress import progress
@@ -32,6 +33,7 @@ STDOUT = "-"
 MAX_GRID_POINTS = 200_000
 MIN_STREAM_REQUESTS = 10  # capacity: never try a rate that gives fewer requests than this
 MAX_STREAM_REQUESTS = 2_000_000  # capacity: stop raising the rate past this many requests
+PROBE_REQUESTS = 2_000  # capacity: requests of the stream its rate bound is estimated on
 
 
 class ReportCommand(TyperCommand):
@@ -215,7 +217,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     slos = load_slos(slo)
     machines = load_machines(machines_file)
     profileset = ProfileSet.load(profiles)
-    profileset.latency_model(model, slos.reference_hardware, slos.reference_tensor_parallel)
+    slos.reference_model(profileset, model)
     stream, wl_name = None, None
     if trace is not None:
         stream = load_trace(trace)
@@ -242,19 +244,14 @@ def resolve_counts(design: Design, prompt: Optional[int], token: Optional[int],
                                      "not --prompt/--token")
         if machines is None:
             raise SplitwisePlanError(f"{design.name} needs --machines N (the number of machines)")
-        if machines < 1:
-            raise SplitwisePlanError(f"--machines must be at least 1, got {machines}")
-        return machines, 0
+        return pool_size(machines, "--machines"), 0
     if machines is not None:
         raise SplitwisePlanError(f"{design.name} has a prompt and a token pool: give --prompt P --token T, "
                                  "not --machines")
     missing = [f for f, v in (("--prompt", prompt), ("--token", token)) if v is None]
     if missing:
         raise SplitwisePlanError(f"{design.name} needs {' and '.join(missing)} (machine counts of each pool)")
-    for flag, v in (("--prompt", prompt), ("--token", token)):
-        if v < 1:
-            raise SplitwisePlanError(f"{flag} must be at least 1, got {v}")
-    return prompt, token
+    return pool_size(prompt, "--prompt"), pool_size(token, "--token")
 
 
 def parse_counts(text: str, flag: str) -> list[int]:
@@ -279,10 +276,11 @@ def parse_counts(text: str, flag: str) -> list[int]:
             raise SplitwisePlanError(f"{flag} {text!r}: the step must be at least 1")
         if b < a:
             raise SplitwisePlanError(f"{flag} {text!r}: the range end {b} is below its start {a}")
+        for v in (a, b):
+            pool_size(v, f"{flag} {text!r}: each count")
         values.extend(range(a, b + 1, step))
-    bad = [v for v in values if v < 1]
-    if bad:
-        raise SplitwisePlanError(f"{flag} {text!r}: machine counts must be at least 1, got {bad[0]}")
+    for v in values:
+        pool_size(v, f"{flag} {text!r}: each count")
     return sorted(set(values))
 
 
@@ -294,11 +292,26 @@ def _json_target(json_out: Optional[str]) -> Optional[str]:
     return json_out
 
 
-def _check_outputs(json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path] = None) -> None:
+def _check_outputs(json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path] = None,
+                   requests: Optional[Path] = None) -> None:
+    """Fail now, with one line, on an output path that could not be written or that two outputs share."""
     from .reports import check_writable
+    files = {"--json": json_out, "--csv": csv_out, "--plot": plot, "--requests": requests}
+    seen: dict = {}
+    for flag, p in files.items():
+        if p is None or (flag == "--json" and p == STDOUT):
+            continue
+        if str(p) == STDOUT:
+            raise SplitwisePlanError(f"{flag} needs a file name: '-' (standard output) is for --json only")
+        key = os.path.realpath(Path(p).expanduser())
+        if key in seen:
+            raise SplitwisePlanError(f"{seen[key]} and {flag} name the same file {p}: give each its own")
+        seen[key] = flag
     _json_target(json_out)
     if csv_out is not None:
         check_writable(csv_out, "CSV report")
+    if requests is not None:
+        check_writable(requests, "per-request CSV")
     if plot is not None:
         from .plots import check_plot_path
         check_plot_path(plot)
@@ -391,13 +404,11 @@ def simulate_cmd(
     bandwidth: float = opt_bandwidth(ADV),
 ) -> None:
     """Simulate one cluster design: the nine SLO percentiles, cost and power (exit 0 either way)."""
-    from .reports import build_report, check_writable, write_csv, write_json
+    from .reports import build_report, write_csv, write_json
 
     d = get_design(design)
     n_prompt, n_token = resolve_counts(d, prompt, token, machines)
-    _check_outputs(json_out, csv_out)
-    if requests_out is not None:
-        check_writable(requests_out, "per-request CSV")
+    _check_outputs(json_out, csv_out, requests=requests_out)
     inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
                          seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
                          transfer=transfer, bandwidth=bandwidth)
@@ -481,7 +492,7 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
 def sweep_cmd(
     design: str = typer.Option(..., "--design", "-d", help="Design name or short form (HH, HA, AA, HHcap, A100, H100)."),
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", metavar="RANGE",
-                                         help="Prompt machines: a:b (inclusive), a:b:step, or a,b,c."),
+                                         help="Prompt machines: 20:30 (inclusive), 20:40:2 (a step), or 20,24,28."),
     token: Optional[str] = typer.Option(None, "--token", "-t", metavar="RANGE", help="Token machines (same forms)."),
     machines: Optional[str] = typer.Option(None, "--machines", "-m", metavar="RANGE", help="Machines (baselines)."),
     rps: Optional[float] = typer.Option(None, "--rps", help="Request rate of the generated stream, req/s."),
@@ -644,6 +655,9 @@ def check_cmd(
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method=method, transfer=transfer, bandwidth=bandwidth)
     if trace is not None and factor != 1.0:
+        if not inp.stream.duration_s > 0:
+            raise SplitwisePlanError(f"trace {trace}: all its requests arrive at one instant, so it has no rate "
+                                     "for --headroom to raise; give --headroom 0 or a trace that spans time")
         inp.stream = _scaled_trace(inp.stream, factor)
         inp.rate = inp.stream.rate
         inp.duration_s = inp.stream.duration_s
@@ -663,8 +677,8 @@ def check_cmd(
         else:
             write_json(json_out, doc)
     if json_out != STDOUT:
-        rate_txt = (f"{inp.rate:.4g} req/s ({base_rate:.4g} req/s + {headroom:.0%} headroom)"
-                    if headroom else f"{inp.rate:.4g} req/s")
+        rate_txt = (f"{inp.rate:.4g} req/s ({base_rate:.4g} req/s + {headroom:.0%} headroom)" if headroom else
+                    f"{inp.rate:.4g} req/s" if math.isfinite(inp.rate) else "all at one instant")
         src = f"trace {trace}" if trace else f"{inp.workload}, {inp.duration_s:g} s, seed {inp.seed}"
         lines = [f"check: {spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}",
                  f"load:  {rate_txt}; {src}; {len(inp.stream):,} requests; {inp.scheduler.describe()}; "
@@ -726,6 +740,18 @@ def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: fl
     return lo, hi, trials
 
 
+def _rate_bound(inp: Inputs, wl, spec, duration: float, seed: int) -> float:
+    """A rate the cluster cannot hold (req/s): twice the most that the capacity model (best-case
+    work and memory, see :mod:`splitwise_plan.capacity`) lets it carry. Trials stop there, so a
+    rate far past the cluster never costs a long simulation."""
+    from .capacity import capacity_model
+
+    probe = wl.generate(PROBE_REQUESTS / duration, duration_s=duration, seed=seed)
+    cm = capacity_model(inp.simulator(probe), spec.design)
+    scale = float(cm.max_scale(spec.prompt_machines, spec.token_machines, hi=1e6, iters=64))
+    return 2.0 * scale * probe.rate
+
+
 @app.command("capacity", cls=ReportCommand)
 def capacity_cmd(
     cluster_file: Path = typer.Argument(..., metavar="CLUSTER_FILE", help="The deployed cluster, TOML (or YAML)."),
@@ -745,7 +771,10 @@ def capacity_cmd(
     transfer: str = opt_transfer(ADV),
     bandwidth: float = opt_bandwidth(ADV),
 ) -> None:
-    """The highest request rate at which the cluster holds all SLOs (bisection on the rate, same seed)."""
+    """The highest request rate at which the cluster holds all SLOs (bisection on the rate, same seed).
+
+    Exit 0 with a rate, 1 when the SLOs fail even at the lowest rate tried, 2 on bad input.
+    """
     from .reports import build_report, write_csv, write_json
     from .workloads import load_workload
 
@@ -767,13 +796,19 @@ def capacity_cmd(
         results_by_rate[rate] = (r, len(stream))
         return r
 
+    min_rate = MIN_STREAM_REQUESTS / duration
+    top = _rate_bound(inp, wl, spec, duration, seed)
+    if min_rate > top:
+        raise SplitwisePlanError(f"--duration {duration:g} s is too short: {MIN_STREAM_REQUESTS} requests in it "
+                                 f"({min_rate:.4g} req/s) are more than {spec.label} can serve ({top:.4g} req/s "
+                                 "at most); give a longer duration")
     with progress(None, f"capacity of {spec.label} ({inp.method})", quiet=quiet) as bar:
         def on_trial(rate, r, trials):
             bar.update(description=f"capacity of {spec.label}: {rate:.4g} req/s "
                                    f"{'holds' if r.slo_met else 'fails'} (trial {len(trials)})")
         cap, fail, trials = find_capacity(
             run_at, start=start_rps or 2.0 * spec.machines, precision=precision,
-            min_rate=MIN_STREAM_REQUESTS / duration, max_rate=MAX_STREAM_REQUESTS / duration, on_trial=on_trial)
+            min_rate=min_rate, max_rate=min(MAX_STREAM_REQUESTS / duration, top), on_trial=on_trial)
     inp.rate = cap
     at = results_by_rate[cap][0] if cap is not None else None
     summary = {"cluster": spec.to_dict(), "capacity_rps": cap, "fails_at_rps": fail, "precision": precision,
@@ -794,7 +829,9 @@ def capacity_cmd(
         how = (f"{wl.name}, {duration:g} s, seed {seed}, {inp.scheduler.describe()}, method {inp.method}, "
                f"{len(trials)} simulations")
         if cap is None:
-            typer.echo(f"capacity of {head}: none; the SLOs fail even at {fail:.4g} req/s ({how})")
+            short = (f"; {MIN_STREAM_REQUESTS} requests in {duration:g} s is the lowest rate tried: a longer "
+                     "--duration tries lower ones" if fail <= min_rate * (1 + 1e-9) else "")
+            typer.echo(f"capacity of {head}: none; the SLOs fail even at {fail:.4g} req/s ({how}){short}")
         elif fail is None:
             typer.echo(f"capacity of {head}: at least {cap:.4g} req/s (the largest rate tried; {how})")
         else:

@@ -15,7 +15,8 @@ from typing import Optional
 import typer
 
 from .cli import app
-from .cli_simulate import STDOUT, ReportCommand
+from .cli_simulate import STDOUT, ReportCommand, _json_target
+from .errors import positive_number
 
 
 @app.command("worker", cls=ReportCommand)
@@ -40,6 +41,7 @@ def worker_cmd(
 
     e.g. `splitwise-plan worker --storage postgresql://plan@db/plans --study sweep70`.
     """
+    from .reports import atomic_write_text
     from .study import run_worker
 
     def log(line: str) -> None:
@@ -47,13 +49,15 @@ def worker_cmd(
             sys.stderr.write(line + "\n")
             sys.stderr.flush()
 
+    _json_target(json_out)   # a bad path fails now, not after the trials
+    if wait != 0.0:
+        positive_number(wait, "--wait")
     out = run_worker(storage, study, trials=trials, batch=batch, wait_s=wait, log=log)
     text = json.dumps(out, indent=2)
     if json_out == STDOUT:
         typer.echo(text)
     elif json_out is not None:
-        with open(json_out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
+        atomic_write_text(json_out, text + "\n", what="JSON summary")
     if json_out != STDOUT:
         typer.echo(f"worker: told {out['told']} trials ({out['simulated']} simulated) in "
                    f"{len(out['studies'])} stud{'y' if len(out['studies']) == 1 else 'ies'}, {out['seconds']:.1f} s")

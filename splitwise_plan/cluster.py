@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from .errors import SplitwisePlanError
@@ -36,8 +35,8 @@ class SchedulerConfig:
         if mode not in TRANSFERS:
             raise SplitwisePlanError(f"--transfer {transfer!r} is unknown; valid: {', '.join(TRANSFERS)}")
         if isinstance(bandwidth_gib_s, bool) or not isinstance(bandwidth_gib_s, (int, float)) \
-                or not math.isfinite(bandwidth_gib_s) or bandwidth_gib_s <= 0:
-            raise SplitwisePlanError(f"--bandwidth must be a positive number of GiB/s, got {bandwidth_gib_s!r}")
+                or not 0.001 <= bandwidth_gib_s <= 1e6:
+            raise SplitwisePlanError(f"--bandwidth must be between 0.001 and 1e6 GiB/s, got {bandwidth_gib_s!r}")
         return cls(transfer_bandwidth_bytes_s=float(bandwidth_gib_s) * GIB, layerwise_transfer=mode == "layerwise")
 
     @property
@@ -64,6 +63,21 @@ class SchedulerConfig:
     def kv_transfer(self) -> dict:
         """The KV-cache transfer as reports give it."""
         return {"mode": self.transfer, "bandwidth_gib_s": self.bandwidth_gib_s}
+
+
+#: Machines a pool may have: far beyond any inference fleet, and small enough that a
+#: simulation's per-machine arrays stay within memory.
+MAX_POOL = 10_000
+
+
+def pool_size(count, what: str) -> int:
+    """``count`` machines as a pool size (1 to ``MAX_POOL``), or a user error naming ``what``."""
+    if isinstance(count, bool) or not hasattr(count, "__index__"):
+        raise SplitwisePlanError(f"{what} must be a whole number of machines, got {count!r}")
+    n = count.__index__()
+    if not 1 <= n <= MAX_POOL:
+        raise SplitwisePlanError(f"{what} must be between 1 and {MAX_POOL:,} machines, got {n}")
+    return n
 
 
 @dataclass(frozen=True)

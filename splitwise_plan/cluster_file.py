@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
+from .cluster import pool_size
 from .designs import Design, get_design
 from .errors import SplitwisePlanError, choices
 from .machines import BUILTIN_MACHINES, Machine
@@ -102,6 +103,10 @@ def _count(where: str, key: str, value) -> int:
     return int(value)
 
 
+def _machines(where: str, key: str, value) -> int:
+    return pool_size(_count(where, key, value), f"{where}: {key}")
+
+
 def _string(where: str, key: str, value) -> str:
     if not isinstance(value, str) or not value.strip():
         raise SplitwisePlanError(f"{where}: {key} must be a non-empty string, got {value!r}")
@@ -113,13 +118,14 @@ def parse_cluster(doc: Mapping, where: str = "cluster file",
     """Validate a parsed cluster document (see the module docstring)."""
     if not isinstance(doc, Mapping):
         raise SplitwisePlanError(f"{where}: expected a table of keys")
-    unknown = sorted(set(doc) - set(KEYS))
+    unknown = sorted(str(k) for k in set(doc) - set(KEYS))
     if unknown:
         raise SplitwisePlanError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(KEYS)}")
     if "design" not in doc:
         raise SplitwisePlanError(f"{where}: missing key design (e.g. design = \"splitwise-hh\")")
+    name = _string(where, "design", doc["design"])
     try:
-        design = get_design(_string(where, "design", doc["design"]))
+        design = get_design(name)
     except SplitwisePlanError as exc:
         raise SplitwisePlanError(f"{where}: {exc}") from None
     catalog = machines if machines is not None else BUILTIN_MACHINES
@@ -138,7 +144,7 @@ def parse_cluster(doc: Mapping, where: str = "cluster file",
                                      f"(and optionally machine_type), not {', '.join(bad)}")
         if "machines" not in doc:
             raise SplitwisePlanError(f"{where}: {design.name} needs machines = N (the number of machines)")
-        n_prompt, n_token = _count(where, "machines", doc["machines"]), 0
+        n_prompt, n_token = _machines(where, "machines", doc["machines"]), 0
         if "machine_type" in doc:
             design = replace(design, prompt_machine=machine_type("machine_type"))
     else:
@@ -149,8 +155,8 @@ def parse_cluster(doc: Mapping, where: str = "cluster file",
         missing = [k for k in ("prompt_machines", "token_machines") if k not in doc]
         if missing:
             raise SplitwisePlanError(f"{where}: {design.name} needs {' and '.join(missing)}")
-        n_prompt = _count(where, "prompt_machines", doc["prompt_machines"])
-        n_token = _count(where, "token_machines", doc["token_machines"])
+        n_prompt = _machines(where, "prompt_machines", doc["prompt_machines"])
+        n_token = _machines(where, "token_machines", doc["token_machines"])
         if "prompt_machine_type" in doc:
             design = replace(design, prompt_machine=machine_type("prompt_machine_type"))
         if "token_machine_type" in doc:

@@ -27,3 +27,10 @@ def positive_number(value, what: str) -> float:
     if not math.isfinite(x) or x <= 0:
         raise SplitwisePlanError(f"{what} must be positive and finite, got {value!r}")
     return x
+
+
+def seed_value(value, what: str = "--seed") -> int:
+    """``value`` as a random seed numpy takes (a whole number >= 0), or a user error naming ``what``."""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 0:
+        raise SplitwisePlanError(f"{what} must be a whole number >= 0, got {value!r}")
+    return value.__index__()

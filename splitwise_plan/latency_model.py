@@ -36,21 +36,26 @@ class PhaseCurve:
         # Slopes and intercepts of each segment, extended at both ends.
         slopes = np.diff(ys) / np.diff(xs)
         object.__setattr__(self, "_slopes", slopes)
+        object.__setattr__(self, "_floor", 1e-3 * float(ys.min()))
         object.__setattr__(self, "_lists", (xs.tolist(), ys.tolist(), slopes.tolist()))
 
     def __call__(self, x):
-        """Evaluate at ``x`` (scalar or array); numpy-vectorized."""
+        """Evaluate at ``x`` (scalar or array); numpy-vectorized.
+
+        Never below a thousandth of the fastest measured batch: a falling last (or steep first)
+        segment would extrapolate to zero or negative times far from the measurements; where
+        the extrapolation stays above that, it is the reference's value."""
         x = np.asarray(x, dtype=np.float64)
         xs, ys, slopes = self.xs, self.ys, self._slopes  # type: ignore[attr-defined]
         seg = np.clip(np.searchsorted(xs, x, side="right") - 1, 0, xs.size - 2)
-        out = ys[seg] + slopes[seg] * (x - xs[seg])
+        out = np.maximum(ys[seg] + slopes[seg] * (x - xs[seg]), self._floor)  # type: ignore[attr-defined]
         return out if out.ndim else float(out)
 
     def at(self, x: float) -> float:
         """``self(x)`` for one number in plain Python: the same value, ~20x faster than numpy on a scalar."""
         xs, ys, slopes = self._lists  # type: ignore[attr-defined]
         seg = min(max(bisect.bisect_right(xs, x) - 1, 0), len(xs) - 2)
-        return ys[seg] + slopes[seg] * (x - xs[seg])
+        return max(ys[seg] + slopes[seg] * (x - xs[seg]), self._floor)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

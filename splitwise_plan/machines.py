@@ -45,12 +45,18 @@ BUILTIN_MACHINES: dict[str, Machine] = {
 MACHINE_KEYS = ("hardware", "gpus", "hbm_bytes_per_gpu", "hbm_gib_per_gpu", "cost", "power")
 
 
+#: Upper bounds of a machine's numbers: far beyond any machine, and within what the simulators compute with.
+_MOST = {"gpus": 4096, "hbm_bytes_per_gpu": 2**50, "hbm_gib_per_gpu": 2**20, "cost": 1e12, "power": 1e12}
+
+
 def _number(where: str, key: str, value, *, integer: bool = False) -> float | int:
-    """Check that a TOML value is a positive finite number (an integer if asked)."""
+    """Check that a TOML value is a positive finite number (an integer if asked), at most ``_MOST[key]``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SplitwisePlanError(f"{where}: {key} must be a number, got {value!r}")
     if not math.isfinite(value) or value <= 0:
         raise SplitwisePlanError(f"{where}: {key} must be positive and finite, got {value!r}")
+    if value > _MOST[key]:
+        raise SplitwisePlanError(f"{where}: {key} must be at most {_MOST[key]:g}, got {value!r}")
     if integer:
         if float(value) != int(value):
             raise SplitwisePlanError(f"{where}: {key} must be an integer, got {value!r}")

@@ -36,3 +36,11 @@ def get_model(name: str, models: dict[str, ModelSpec] | None = None) -> ModelSpe
         return pool[name]
     except KeyError:
         raise SplitwisePlanError(f"unknown model {name!r}; valid: {choices(pool)}") from None
+
+
+def check_fits(model: ModelSpec, machine) -> None:
+    """A user error unless ``machine``'s HBM holds ``model``'s weights with room left for the KV cache."""
+    if machine.hbm_bytes <= model.weights_bytes:
+        raise SplitwisePlanError(
+            f"the weights of {model.name} ({model.weights_bytes / 1e9:.0f} GB) do not fit in the "
+            f"{machine.hbm_bytes / 2**30:.4g} GiB of HBM of {machine.name}")

@@ -26,9 +26,10 @@ import numpy as np
 
 from .budget import parse_budget
 from .capacity import capacity_model
-from .cluster import SchedulerConfig
+from .cluster import MAX_POOL, SchedulerConfig
 from .designs import DESIGNS, Design, get_design
-from .errors import SplitwisePlanError, positive_number, choices
+from .models import check_fits, get_model
+from .errors import SplitwisePlanError, choices, positive_number, seed_value
 from .search import STRATEGIES, Evaluator, Lockstep, Space, search
 from .simulator import METHODS, Simulator
 
@@ -118,8 +119,7 @@ class PlanRequest:
         for name, v, lo in (("--seeds", self.seeds, 1), ("--tp", self.tp, 1), ("--jobs", self.jobs, -1)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
                 raise SplitwisePlanError(f"{name} must be an integer >= {lo}, got {v!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
-            raise SplitwisePlanError(f"--seed must be a non-negative integer, got {self.seed!r}")
+        seed_value(self.seed)
         if self.search_method not in (*METHODS, "auto"):
             raise SplitwisePlanError(f"search method {self.search_method!r} is unknown; valid: auto, {', '.join(METHODS)}")
         if self.confirm_method not in METHODS:
@@ -874,6 +874,18 @@ def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=Non
     return plans
 
 
+def _unfit(inputs: Inputs, name: str) -> str:
+    """Why ``name``'s machines cannot hold the model's weights ('' when they can)."""
+    d = get_design(name)
+    try:
+        for m in (d.prompt_machine, d.token_machine):
+            if m is not None:
+                check_fits(get_model(inputs.model), inputs.machines[m])
+    except SplitwisePlanError as exc:
+        return str(exc)
+    return ""
+
+
 # heavier designs first, so parallel workers finish together
 _WORK_ORDER = ("splitwise-aa", "splitwise-ha", "splitwise-hhcap", "splitwise-hh", "baseline-a100", "baseline-h100")
 
@@ -891,17 +903,27 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
     method = req.resolved_search_method()
     inputs = Inputs.load(req)
     if req.goal == "max-throughput":   # check the budget once, before any work
-        parse_budget(req.budget_power if req.objective == "power" else req.budget_cost, req.objective,
-                     inputs.machines)
-    order = sorted(req.designs, key=lambda n: _WORK_ORDER.index(n) if n in _WORK_ORDER else 99)
-    jobs = req.jobs if req.jobs > 0 else (os.cpu_count() or 1)
-    jobs = min(jobs, len(order))
+        spec = req.budget_power if req.objective == "power" else req.budget_cost
+        budget = parse_budget(spec, req.objective, inputs.machines)
+        unit = min(getattr(inputs.machines[m], req.objective) for n in req.designs
+                   for m in (get_design(n).prompt_machine, get_design(n).token_machine) if m is not None)
+        if budget / unit > 2 * MAX_POOL:
+            raise SplitwisePlanError(f"--budget-{req.objective} {spec} buys {budget / unit:,.4g} machines; "
+                                     f"a plan holds at most {MAX_POOL:,} a pool")
     by_name = {}
 
     def collect(p):
         by_name[p.design] = p
         if on_design is not None:
             on_design(p)
+
+    unfit = {n: why for n in req.designs if (why := _unfit(inputs, n))}
+    for n, why in unfit.items():   # a design whose machines cannot hold the model: nothing to search
+        collect(DesignPlan(design=n, short=get_design(n).short, status="infeasible", note=why))
+    order = sorted((n for n in req.designs if n not in unfit),
+                   key=lambda n: _WORK_ORDER.index(n) if n in _WORK_ORDER else 99)
+    jobs = req.jobs if req.jobs > 0 else (os.cpu_count() or 1)
+    jobs = min(jobs, len(order))
 
     if method == "fluid" and req.goal != "max-throughput" and req.storage is None:
         # designs of a kind share each fluid round; with two or more cores the baselines run in

@@ -17,7 +17,7 @@ import numpy as np   # (pandas is imported where it is used: processes that only
 if TYPE_CHECKING:   # for the annotations only
     import pandas as pd
 
-from .errors import SplitwisePlanError, choices
+from .errors import SplitwisePlanError, choices, seed_value
 from .latency_model import LatencyModel
 from .paths import data_file, user_file
 
@@ -72,8 +72,9 @@ def _bad_row(df: pd.DataFrame, mask) -> tuple[int, object]:
 
 
 def numeric_column(df: pd.DataFrame, col: str, path: Path, what: str, *,
-                   integer: bool, positive: bool = True) -> np.ndarray:
-    """Validate and convert one numeric column; the error names file, line, column and value."""
+                   integer: bool, positive: bool = True, most: float = math.inf) -> np.ndarray:
+    """Validate and convert one numeric column (values at most ``most``); the error names file, line,
+    column and value."""
     import pandas as pd
     raw = df[col]
     vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
@@ -85,10 +86,13 @@ def numeric_column(df: pd.DataFrame, col: str, path: Path, what: str, *,
     if positive:
         bad |= np.isfinite(vals) & (vals <= 0)
         kind = "a positive integer" if integer else "a positive finite number"
+    if math.isfinite(most):
+        bad |= vals > most
+        kind += f" of at most {most:,.0f}"
     if bad.any():
         line, i = _bad_row(df, bad)
         cell = raw.iloc[i]
-        shown = "an empty value" if pd.isna(cell) else repr(str(cell.item() if hasattr(cell, "item") else cell))
+        shown = "an empty or NaN value" if pd.isna(cell) else repr(str(cell.item() if hasattr(cell, "item") else cell))
         raise SplitwisePlanError(f"{what} file {path}, line {line}, column {col}: {shown} is not {kind}")
     return vals.astype(np.int64) if integer else vals
 
@@ -208,7 +212,7 @@ def profile_accuracy(profileset: ProfileSet, seed: int = 0,
     """
     if not 0.0 < test_fraction < 1.0:
         raise SplitwisePlanError(f"test_fraction must be between 0 and 1, got {test_fraction}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed_value(seed))
     results = []
     for entry in profileset.entries():
         rows = profileset.rows(entry.model, entry.hardware, entry.tensor_parallel)

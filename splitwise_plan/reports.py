@@ -21,6 +21,7 @@ import io
 import json
 import math
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -54,6 +55,14 @@ def check_writable(path: str | Path, what: str = "output") -> Path:
     return p
 
 
+def _not_a_file(path: Path) -> bool:
+    """Is ``path`` (or what its links lead to) there but not a regular file: a device, pipe or socket?"""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _file_mode(path: Path) -> int:
     """Permission bits for the new file: the old file's, else 0666 minus the umask."""
     try:
@@ -69,18 +78,32 @@ def atomic_open(path: str | Path, mode: str = "w", *, what: str = "output",
                 encoding: str | None = "utf-8", newline: str | None = None) -> Iterator:
     """Open a temporary file beside ``path`` for writing; on success it replaces ``path``.
 
+    A symbolic link stays: the file it points to is replaced. A device or pipe (``/dev/stdout``,
+    ``/dev/null``) is written directly, as nothing there could be replaced.
+
     On any exception inside the block (or while replacing) the temporary file is
     removed and ``path`` is left untouched. OS errors become a one-line
     ``SplitwisePlanError``; other exceptions propagate unchanged.
     """
     p = check_writable(path, what)
     binary = "b" in mode
+    kw = {} if binary else {"encoding": encoding, "newline": newline}
+    if _not_a_file(p):   # a device, pipe or terminal (/dev/stdout): nothing to replace, write into it
+        try:
+            with open(p, mode, **kw) as fh:
+                yield fh
+        except OSError as exc:
+            raise SplitwisePlanError(f"cannot write {what} file {p}: {exc.strerror or exc}") from None
+        return
+    if p.is_symlink():   # replace the file the link points to, not the link
+        p = Path(os.path.realpath(p))
+        check_writable(p, what)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     except OSError as exc:
         raise SplitwisePlanError(f"cannot write {what} file {p}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, mode, **({} if binary else {"encoding": encoding, "newline": newline})) as fh:
+        with os.fdopen(fd, mode, **kw) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())

@@ -17,12 +17,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .cluster import Cluster, Pool, SchedulerConfig
+from .cluster import Cluster, Pool, SchedulerConfig, pool_size
 from .designs import Design, get_design
 from .errors import SplitwisePlanError, choices
 from .machines import BUILTIN_MACHINES, Machine
 from .metrics import PERCENTILES, request_latencies, percentiles
-from .models import BUILTIN_MODELS, ModelSpec
+from .models import BUILTIN_MODELS, ModelSpec, check_fits
 from .profiles import ProfileSet
 from .slos import SLOSet, load_slos, reference_latencies
 from .workloads import RequestStream
@@ -150,8 +150,7 @@ class Simulator:
         self.stop_early = bool(stop_early)
         self._latency: dict[str, object] = {}
         self.pcts = tuple(sorted(set(PERCENTILES).union(*self.slos.percentiles().values())))
-        ref = self.profiles.latency_model(model, self.slos.reference_hardware,
-                                          self.slos.reference_tensor_parallel)
+        ref = self.slos.reference_model(self.profiles, model)
         self.reference = reference_latencies(ref, stream.prompt_tokens, stream.output_tokens)
         self.overload_s = overload_wait(self.slos, self.reference)
 
@@ -160,6 +159,15 @@ class Simulator:
         if name not in self.machines:
             raise SplitwisePlanError(f"machine {name!r} is unknown; valid: {choices(self.machines)}")
         return self.machines[name]
+
+    def pool_machine(self, design: Design, name: str) -> Machine:
+        """Machine ``name`` of a pool of ``design``; a user error if the model's weights do not fit in it."""
+        m = self.machine(name)
+        try:
+            check_fits(self.model, m)
+        except SplitwisePlanError as exc:
+            raise SplitwisePlanError(f"{design.name}: {exc}") from None
+        return m
 
     def latency(self, machine: Machine):
         if machine.hardware not in self._latency:
@@ -170,16 +178,13 @@ class Simulator:
     def cluster(self, design: str | Design, n_prompt: int, n_token: int = 0) -> Cluster:
         """Resolve a design and machine counts to a cluster."""
         d = get_design(design) if isinstance(design, str) else design
-        n_prompt, n_token = int(n_prompt), int(n_token)
-        if n_prompt < 1:
-            raise SplitwisePlanError(f"{d.name} needs at least 1 {'machine' if d.is_baseline else 'prompt machine'}, got {n_prompt}")
-        pm = self.machine(d.prompt_machine)
+        n_prompt = pool_size(n_prompt, f"{d.name}'s {'machine count' if d.is_baseline else 'prompt pool'}")
+        pm = self.pool_machine(d, d.prompt_machine)
         prompt = Pool(pm, n_prompt, self.latency(pm))
         token = None
         if not d.is_baseline:
-            if n_token < 1:
-                raise SplitwisePlanError(f"{d.name} needs at least 1 token machine, got {n_token}")
-            tm = self.machine(d.token_machine)
+            n_token = pool_size(n_token, f"{d.name}'s token pool")
+            tm = self.pool_machine(d, d.token_machine)
             token = Pool(tm, n_token, self.latency(tm))
         return Cluster(d.name, self.model, prompt, token, self.scheduler)
 

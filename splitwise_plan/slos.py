@@ -94,6 +94,14 @@ class SLOSet:
     def __len__(self) -> int:
         return len(self.slos)
 
+    def reference_model(self, profiles, model: str):
+        """The latency model slowdowns are measured against: ``model`` alone on the reference hardware."""
+        try:
+            return profiles.latency_model(model, self.reference_hardware, self.reference_tensor_parallel)
+        except SplitwisePlanError as exc:
+            raise SplitwisePlanError(f"SLO set {self.name!r}, reference_hardware {self.reference_hardware!r} and "
+                                     f"reference_tensor_parallel {self.reference_tensor_parallel}: {exc}") from None
+
     def __iter__(self):
         return iter(self.slos)
 

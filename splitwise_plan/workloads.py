@@ -16,7 +16,7 @@ import numpy as np   # (pandas is imported where it is used: processes that only
 if TYPE_CHECKING:   # for the annotations only
     import pandas as pd
 
-from .errors import SplitwisePlanError, positive_number, choices
+from .errors import SplitwisePlanError, choices, positive_number, seed_value
 from .paths import data_file, user_file
 from .profiles import read_user_csv, numeric_column
 
@@ -26,6 +26,7 @@ ALIASES = {"code": "coding", "conv": "conversation"}
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 REFERENCE_COLUMNS = ("arrival_timestamp", "prompt_size", "token_size")
 DEFAULT_DURATION_S = 120.0
+MAX_TOKENS = 1_000_000   # prompt or output tokens of one request at most (a million-token context)
 
 
 def workload_names() -> list[str]:
@@ -54,8 +55,9 @@ class RequestStream:
                                      "output_tokens must be 1-D arrays of one length")
         if a.size and (not np.all(np.isfinite(a)) or a[0] < 0 or np.any(np.diff(a) < 0)):
             raise SplitwisePlanError(f"request stream {self.name!r}: arrivals must be finite, >= 0 and sorted")
-        if a.size and (p.min() < 1 or o.min() < 1):
-            raise SplitwisePlanError(f"request stream {self.name!r}: prompt and output tokens must be >= 1")
+        if a.size and (p.min() < 1 or o.min() < 1 or max(p.max(), o.max()) > MAX_TOKENS):
+            raise SplitwisePlanError(f"request stream {self.name!r}: prompt and output tokens must be "
+                                     f"between 1 and {MAX_TOKENS:,}")
         for arr in (a, p, o):
             arr.setflags(write=False)
         object.__setattr__(self, "arrival_s", a)
@@ -121,7 +123,7 @@ class Workload:
         """
         rate = positive_number(rate, "rate (requests per second)")
         duration_s = positive_number(duration_s, "duration (seconds)")
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(seed_value(seed))
         expected = rate * duration_s
         if expected > 5e7:
             raise SplitwisePlanError(f"rate x duration = {expected:.3g} requests is too large (max 5e7)")
@@ -185,8 +187,8 @@ def load_trace(path: str | Path) -> RequestStream:
         raise SplitwisePlanError(
             f"trace file {p} has columns {', '.join(df.columns) or '(none)'}; expected the Azure format "
             f"({', '.join(AZURE_COLUMNS)}) or the reference format ({', '.join(REFERENCE_COLUMNS)})")
-    prompt = numeric_column(df, prompt_col, p, "trace", integer=True)
-    output = numeric_column(df, output_col, p, "trace", integer=True)
+    prompt = numeric_column(df, prompt_col, p, "trace", integer=True, most=MAX_TOKENS)
+    output = numeric_column(df, output_col, p, "trace", integer=True, most=MAX_TOKENS)
     order = np.argsort(arrivals, kind="stable")
     return RequestStream(arrivals[order], prompt[order], output[order], name=name)
 

@@ -115,6 +115,19 @@ def test_capacity_brackets_the_limit(capsys, write, tmp_path):
     assert run(capsys, "check", f, "--rps", hi, *FAST)[0] == 1
 
 
+def test_capacity_from_a_rate_far_past_the_cluster_finds_the_same_limit_quickly(capsys, write, tmp_path):
+    """A first rate of 1e9 req/s once meant hours of simulating millions of requests."""
+    f, j = write("small.toml", SMALL), tmp_path / "cap.json"
+    code, out, err = run(capsys, "capacity", f, *FAST, "--json", j, "--start-rps", "1e9")
+    assert code == 0, err
+    cap = json.loads(j.read_text())["capacity"]
+    lo, hi = cap["capacity_rps"], cap["fails_at_rps"]
+    met = {t["rate_rps"]: t["slo_met"] for t in cap["trials"]}
+    assert met[lo] is True and met[hi] is False and 0 < lo < hi <= lo * 1.01 + 1e-9
+    assert 5 <= lo < 50                                  # SMALL holds 5 req/s; 6 machines never hold 50
+    assert max(t["requests"] for t in cap["trials"]) < 20_000
+
+
 def test_capacity_bad_input(capsys, write):
     f = write("small.toml", SMALL)
     for args in (["--precision", 0], ["--precision", 1.5], ["--duration", -1], ["--trace", "x.csv"]):

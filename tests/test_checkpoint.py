@@ -79,6 +79,31 @@ def test_the_checkpoint_keeps_results_exactly_and_skips_a_torn_line(tmp_path):
     assert done == {} and "other inputs" in why
 
 
+@pytest.mark.parametrize("content", [
+    b"\xff\xfe not text\n",                                     # binary
+    b"[1, 2, 3]\n",                                              # JSON, not a header
+    b'"a string"\n',
+])
+def test_a_file_that_is_no_checkpoint_is_set_aside(tmp_path, content):
+    c = ck.Checkpoint(tmp_path / "x.partial", "digest")
+    c.path.write_bytes(content)
+    done, why = c.load()
+    assert done == {} and why.startswith(f"ignoring {c.path}")
+
+
+def test_lines_that_are_no_results_are_skipped(tmp_path):
+    stream = load_workload("coding").generate(5.0, duration_s=20.0, seed=0)
+    results = Simulator(stream, method="events").run_many("HH", [(1, 1)])
+    c = ck.Checkpoint(tmp_path / "x.partial", "digest")
+    c.start()
+    with c.path.open("a") as f:
+        f.write('{"type": "SimulationResult", "fields": []}\n{"type": "Foo", "fields": {}}\n[1]\n"s"\n')
+        f.write('{"type": "Foo", "fields": {"prompt_machines": 1, "token_machines": 1}}\n')
+    c.add(results)
+    done, why = c.load()
+    assert why is None and done == {(1, 1): results[0]}
+
+
 def test_the_fingerprint_changes_with_any_input():
     stream = load_workload("coding").generate(5.0, duration_s=20.0, seed=0)
     other = load_workload("coding").generate(5.0, duration_s=20.0, seed=1)

@@ -80,6 +80,52 @@ def test_bad_input_exit_2_one_line(tmp_path, args, files, needle):
     assert_user_error(r, needle)
 
 
+SIM = ("simulate", "-d", "HH", "--prompt", "3", "--token", "2", "--rps", "5", "--duration", "5")
+CLUSTER = {"c.toml": 'design = "HH"\nprompt_machines = 2\ntoken_machines = 2\n'}
+
+
+# inputs that once gave a traceback, a hang or a second line (a warning) instead of one error line
+@pytest.mark.parametrize("args,files,needle", [
+    ((*SIM, "--seed", "-1"), {}, "--seed must be a whole number >= 0, got -1"),
+    (("profiles", "--seed", "-1"), {}, "--seed must be a whole number >= 0"),
+    (("simulate", "-d", "HH", "--prompt", "10001", "--token", "2", "--rps", "5"), {},
+     "--prompt must be between 1 and 10,000 machines, got 10001"),
+    (("sweep", "-d", "HH", "--prompt", "99999999999999999999:99999999999999999999", "--token", "1", "--rps", "5"),
+     {}, "each count must be between 1 and 10,000 machines"),
+    (("check", "{tmp}/c.yaml", "--rps", "5"), {"c.yaml": "design: HH\nprompt_machines: 2\ntoken_machines: 2\n1: 2\n"},
+     "unknown key(s) 1; valid:"),
+    (("check", "{tmp}/c.toml", "--rps", "5"), {"c.toml": 'design = "HH"\nprompt_machines = 100000000\ntoken_machines = 1\n'},
+     "c.toml: prompt_machines must be between 1 and 10,000 machines"),
+    (("check", "{tmp}/c.toml", "--rps", "5"), {"c.toml": "design = 5\n"}, "c.toml: design must be a non-empty string, got 5"),
+    (("machines", "--machines", "{tmp}/m.toml"), {"m.toml": "[machines.dgx-h100]\nhbm_gib_per_gpu = 1e300\n"},
+     "hbm_gib_per_gpu must be at most"),
+    ((*SIM, "--machines-file", "{tmp}/m.toml"), {"m.toml": "[machines.dgx-h100]\nhbm_gib_per_gpu = 1\n"},
+     "splitwise-hh: the weights of bloom-176b (329 GB) do not fit in the 8 GiB of HBM of dgx-h100"),
+    ((*SIM, "--csv", "{tmp}/a.csv", "--json", "{tmp}/a.csv"), {}, "--json and --csv name the same file"),
+    ((*SIM, "--csv", "-"), {}, "--csv needs a file name: '-' (standard output) is for --json only"),
+    ((*SIM, "--bandwidth", "1e-300"), {}, "--bandwidth must be between 0.001 and 1e6 GiB/s"),
+    (("simulate", "-d", "HH", "--prompt", "3", "--token", "2", "--trace", "{tmp}/t.csv"),
+     {"t.csv": "arrival_timestamp,prompt_size,token_size\n0,1e30,10\n"},
+     "line 2, column prompt_size: '1e+30' is not a positive integer of at most 1,000,000"),
+    (("check", "{tmp}/c.toml", "--trace", "{tmp}/t.csv", "--headroom", "0.5"),
+     {**CLUSTER, "t.csv": "arrival_timestamp,prompt_size,token_size\n0,100,10\n0,200,10\n"},
+     "all its requests arrive at one instant"),
+    (("--goal", "max-throughput", "--budget-cost", "99999999xH100", "--designs", "HH"), {},
+     "buys 1e+08 machines; a plan holds at most 10,000 a pool"),
+    (("worker", "--storage", "sqlite:///{tmp}/s.db", "--study", "x", "--json", "{tmp}"), {}, "is a directory"),
+    (("worker", "--storage", "sqlite:///{tmp}/s.db", "--study", "x", "--wait", "-1"), {}, "--wait must be positive"),
+    (("machines", "--bogus"), {}, "No such option: --bogus (see --help)"),
+    (("bogus",), {}, "No such command 'bogus'"),
+])
+def test_fuzzed_inputs_exit_2_one_line(tmp_path, args, files, needle):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    r = run(*(a.format(tmp=tmp_path) for a in args))
+    assert_user_error(r, needle)
+    assert r.stderr.count(str(tmp_path)) <= 1     # a file is named once
+    assert not (tmp_path / "s.db").exists()       # a bad worker option fails before it opens the storage
+
+
 def test_main_returns_2_for_user_error(tmp_path, capsys):
     assert main(["profiles", "--profiles", str(tmp_path / "none.csv")]) == 2
     err = capsys.readouterr().err

@@ -201,3 +201,14 @@ def test_a_slower_kv_link_never_makes_a_splitwise_plan_cheaper():
 def test_cli_without_arguments_prints_help(capsys):
     assert main([]) == 0
     assert "--goal" in capsys.readouterr().out
+
+
+def test_a_design_whose_machines_cannot_hold_the_model_is_infeasible_and_the_others_are_planned(tmp_path):
+    small_h100 = tmp_path / "m.toml"
+    small_h100.write_text("[machines.dgx-h100]\nhbm_gib_per_gpu = 38\n")   # 304 GiB = 326 GB < BLOOM's 329 GB
+    res = plan(goal="min-cost", **dict(SMALL, machines_file=str(small_h100), designs="HH,A100",
+                                         limits=(("A100", 30, 0),)))
+    hh, a100 = res.get("HH"), res.get("A100")
+    assert hh.status == "infeasible" and "do not fit in the 304 GiB of HBM of dgx-h100" in hh.note
+    assert hh.evaluations == 0 and hh.confirmations == 0
+    assert a100.status == "ok" and res.winner == "baseline-a100"

@@ -151,3 +151,16 @@ def test_missing_profile_file(tmp_path):
 def test_unknown_names_list_what_exists(shipped, args, needle):
     with pytest.raises(SplitwisePlanError, match=needle):
         shipped.latency_model(*args)
+
+
+def test_extrapolation_is_the_references_until_it_would_reach_zero():
+    """Linear extrapolation as the reference does; where a falling profile would reach zero or
+    negative times (once: negative utilization), a thousandth of its fastest batch instead."""
+    from splitwise_plan.latency_model import PhaseCurve
+
+    falling = PhaseCurve(np.array([1.0, 2.0]), np.array([1.0, 0.5]))
+    rising = PhaseCurve(np.array([10.0, 20.0]), np.array([1.0, 2.0]))
+    for curve, x, want in ((falling, 1.5, 0.75), (falling, 2.5, 0.25), (falling, 3.0, 0.0005),
+                           (falling, 10.0, 0.0005), (rising, 5.0, 0.5), (rising, 0.0, 0.001), (rising, 30.0, 3.0)):
+        assert curve(x) == pytest.approx(want) and curve.at(x) == pytest.approx(want)
+    assert np.allclose(falling(np.array([1.5, 10.0])), [0.75, 0.0005])

@@ -75,6 +75,35 @@ def test_os_error_on_replace_is_one_line_user_error(tmp_path, monkeypatch):
     assert _leftovers(tmp_path) == []
 
 
+def test_a_symlink_stays_and_its_target_is_replaced(tmp_path):
+    (tmp_path / "target.csv").write_text("old\n")
+    (tmp_path / "link.csv").symlink_to("target.csv")
+    atomic_write_text(tmp_path / "link.csv", "new\n")
+    assert os.readlink(tmp_path / "link.csv") == "target.csv"
+    assert (tmp_path / "target.csv").read_text() == "new\n"
+    (tmp_path / "dangling.csv").symlink_to("made.csv")
+    atomic_write_text(tmp_path / "dangling.csv", "x\n")
+    assert (tmp_path / "dangling.csv").is_symlink() and (tmp_path / "made.csv").read_text() == "x\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this platform")
+def test_a_pipe_is_written_into_not_replaced(tmp_path):
+    """As /dev/stdout or /dev/null: a report written there must not replace the device with a file."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    atomic_write_text(fifo, "through the pipe\n")
+    reader.join(timeout=10)
+    assert got == ["through the pipe\n"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]   # no temporary file left
+
+
 def test_check_writable_errors(tmp_path):
     with pytest.raises(SplitwisePlanError, match="does not exist"):
         check_writable(tmp_path / "nope" / "r.json")

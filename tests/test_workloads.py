@@ -149,7 +149,7 @@ def test_stream_csv_round_trip(coding, tmp_path):
      "line 3, column TIMESTAMP: 'yesterday' is not a time"),
     ("arrival_timestamp,prompt_size,token_size\n1,5,2\n-1,5,2\n", "line 3, column arrival_timestamp: negative"),
     ("arrival_timestamp,prompt_size,token_size\nx,5,2\n", "line 2, column arrival_timestamp"),
-    ("arrival_timestamp,prompt_size,token_size\n1,5,\n", "line 2, column token_size: an empty value"),
+    ("arrival_timestamp,prompt_size,token_size\n1,5,\n", "line 2, column token_size: an empty or NaN value"),
 ])
 def test_bad_trace_files(write, text, needle):
     with pytest.raises(SplitwisePlanError) as err:
@@ -178,8 +178,10 @@ def test_non_positive_rate_or_duration(coding, rate, duration, needle):
 def test_request_stream_validates():
     with pytest.raises(SplitwisePlanError, match="sorted"):
         RequestStream(np.array([2.0, 1.0]), np.array([1, 1]), np.array([1, 1]))
-    with pytest.raises(SplitwisePlanError, match=">= 1"):
+    with pytest.raises(SplitwisePlanError, match="between 1 and"):
         RequestStream(np.array([1.0]), np.array([5]), np.array([0]))
+    with pytest.raises(SplitwisePlanError, match="between 1 and 1,000,000"):
+        RequestStream(np.array([1.0]), np.array([1_000_001]), np.array([5]))
     s = RequestStream(np.array([0.5, 2.0]), np.array([3, 4]), np.array([1, 2]), name="x")
     assert len(s) == 2 and s.duration_s == 2.0 and s.rate == 1.0
     with pytest.raises(ValueError):
