@@ -30,6 +30,7 @@ def test_min_cost_plans_every_design(min_cost):
         assert d.evaluations < d.grid_size
     hh, h100 = min_cost.get("HH"), min_cost.get("H100")
     assert hh.cost == pytest.approx(hh.prompt * 4.76 + hh.token * 4.76)
+    assert h100.cost == pytest.approx(h100.prompt * 4.76) and h100.token == 0
     assert min_cost.winner == min(min_cost.designs, key=lambda d: d.cost).design
     assert min_cost.designs[0].design == min_cost.winner   # ranked by the goal
 
