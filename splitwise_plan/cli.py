@@ -35,11 +35,16 @@ class _Group(TyperGroup):
     def parse_args(self, ctx, args):  # noqa: D102 - the root (planner) options: one line, exit 2
         from .cli_simulate import _USAGE_ERRORS
         try:
-            return super().parse_args(ctx, args)
+            rest = super().parse_args(ctx, args)
+            reject_stream_options(ctx)
+            return rest
         except _USAGE_ERRORS as exc:
             if not args and self.no_args_is_help:   # click's "no arguments: show the help"
                 raise
             report_error(SplitwisePlanError(exc.format_message()))
+            raise typer.Exit(code=EXIT_USER_ERROR) from None
+        except SplitwisePlanError as exc:
+            report_error(exc)
             raise typer.Exit(code=EXIT_USER_ERROR) from None
 
     def invoke(self, ctx):  # noqa: D102 - see class docstring; a command's usage errors are one line too
@@ -52,6 +57,19 @@ class _Group(TyperGroup):
         except SplitwisePlanError as exc:
             report_error(exc)
             raise typer.Exit(code=EXIT_USER_ERROR) from None
+
+
+def reject_stream_options(ctx) -> None:
+    """With ``--trace`` the file is the stream: options that shape a generated one, given on the
+    command line, would be silently ignored, so they are an error."""
+    if ctx.params.get("trace") is None:
+        return
+    given = [f"--{n}" for n in ("workload", "duration", "seed", "seeds") if n in ctx.params
+             and getattr(ctx.get_parameter_source(n), "name", "DEFAULT") in ("COMMANDLINE", "ENVIRONMENT")]
+    if given:
+        raise SplitwisePlanError(f"--trace replays the file as it is; {', '.join(given)} "
+                                 f"{'shapes' if len(given) == 1 else 'shape'} a generated stream only: drop "
+                                 f"{'it' if len(given) == 1 else 'them'} or --trace")
 
 
 def _usage_line(exc) -> str:

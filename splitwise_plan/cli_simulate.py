@@ -21,7 +21,7 @@ import typer
 from rich.table import Table
 from typer.core import TyperCommand
 
-from .cli import app, console, opt_bandwidth, opt_transfer
+from .cli import app, console, opt_bandwidth, opt_transfer, reject_stream_options
 from .cluster import SchedulerConfig, pool_size
 from .designs import Design, get_design
 from .errors import SplitwisePlanError
@@ -52,9 +52,11 @@ class ReportCommand(TyperCommand):
                 if nxt is None or (nxt.startswith("-") and nxt != STDOUT):
                     out.append(STDOUT)
         try:
-            return super().parse_args(ctx, out)
+            rest = super().parse_args(ctx, out)
         except _USAGE_ERRORS as exc:
             raise SplitwisePlanError(exc.format_message()) from None
+        reject_stream_options(ctx)
+        return rest
 
 
 # --- shared options ------------------------------------------------------------------

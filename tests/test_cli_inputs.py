@@ -114,6 +114,11 @@ CLUSTER = {"c.toml": 'design = "HH"\nprompt_machines = 2\ntoken_machines = 2\n'}
      "buys 1e+08 machines; a plan holds at most 10,000 a pool"),
     (("worker", "--storage", "sqlite:///{tmp}/s.db", "--study", "x", "--json", "{tmp}"), {}, "is a directory"),
     (("worker", "--storage", "sqlite:///{tmp}/s.db", "--study", "x", "--wait", "-1"), {}, "--wait must be positive"),
+    (("simulate", "-d", "HH", "--prompt", "3", "--token", "2", "--trace", "{tmp}/t.csv", "--duration", "30"),
+     {"t.csv": "arrival_timestamp,prompt_size,token_size\n0,100,10\n"},
+     "--trace replays the file as it is; --duration shapes a generated stream only"),
+    (("--goal", "min-cost", "--trace", "{tmp}/t.csv", "--seed", "1", "--workload", "conversation"),
+     {"t.csv": "arrival_timestamp,prompt_size,token_size\n0,100,10\n"}, "--workload, --seed shape a generated"),
     (("machines", "--bogus"), {}, "No such option: --bogus (see --help)"),
     (("bogus",), {}, "No such command 'bogus'"),
 ])
