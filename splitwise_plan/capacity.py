@@ -305,7 +305,7 @@ def phase_work(lm: LatencyModel, machine: Machine, model: ModelSpec, stream: Req
 
 def capacity_model(sim, design: str | Design, *, max_load: float | None = None) -> CapacityModel:
     """The capacity model of ``design`` on a ``Simulator``'s stream, model, machines and profiles."""
-    d = get_design(design) if isinstance(design, str) else design
+    d = get_design(design)
     stream: RequestStream = sim.stream
     duration = stream.duration_s if stream.duration_s > 0 else 1.0
     sched: SchedulerConfig = sim.scheduler

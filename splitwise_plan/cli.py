@@ -7,7 +7,10 @@ worker) and the root planner options hang off the same ``app``.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Optional
 
@@ -315,7 +318,15 @@ def machines_cmd(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point: run the app; a user error becomes one stderr line and exit 2."""
+    """Console-script entry point: run the app; a user error becomes one stderr line and exit 2.
+
+    A first Ctrl-C stops the run as usual (partial work kept, worker processes shut down); a
+    second one, while that cleanup runs, ends the worker processes and exits at once (130).
+    """
+    own = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if own:
+        signal.signal(signal.SIGINT, _first_interrupt)
     try:
         app(args=argv, prog_name="splitwise-plan")
     except SplitwisePlanError as exc:  # raised outside a command (e.g. during option parsing)
@@ -324,7 +335,42 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        if own:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     return 0
+
+
+def _first_interrupt(signum, frame) -> None:
+    signal.signal(signal.SIGINT, _second_interrupt)
+    raise KeyboardInterrupt
+
+
+def _second_interrupt(signum, frame) -> None:
+    """Ctrl-C again while the first one's cleanup runs: end the worker processes and exit now."""
+    for pid in _descendants(os.getpid()):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    sys.stderr.write("stopped (Ctrl-C twice)\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes started by ``pid`` and by them (Linux's /proc; none where it is absent)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for f in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                kids = [int(x) for x in f.read_text().split()]
+            except (OSError, ValueError):
+                continue
+            out += kids
+            todo += kids
+    return out
 
 
 # simulate, sweep, check and capacity live in their own module; importing it registers them on ``app``.

@@ -294,6 +294,15 @@ def _json_target(json_out: Optional[str]) -> Optional[str]:
     return json_out
 
 
+def _is_stdout(path) -> bool:
+    """Is ``path`` this process's standard output (/dev/stdout, /dev/fd/1, the terminal or pipe it is)?"""
+    try:
+        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):   # no such file yet, or stdout is no real file
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def _check_outputs(json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path] = None,
                    requests: Optional[Path] = None) -> None:
     """Fail now, with one line, on an output path that could not be written or that two outputs share."""
@@ -308,6 +317,8 @@ def _check_outputs(json_out: Optional[str], csv_out: Optional[Path], plot: Optio
         key = os.path.realpath(Path(p).expanduser())
         if key in seen:
             raise SplitwisePlanError(f"{seen[key]} and {flag} name the same file {p}: give each its own")
+        if json_out == STDOUT and _is_stdout(p):
+            raise SplitwisePlanError(f"--json - and {flag} {p} both write to standard output: give {flag} a file")
         seen[key] = flag
     _json_target(json_out)
     if csv_out is not None:

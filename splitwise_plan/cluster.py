@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
-from .errors import SplitwisePlanError
+from .errors import SplitwisePlanError, whole_number
 from .latency_model import LatencyModel
 from .machines import Machine
 from .models import ModelSpec
@@ -34,7 +35,7 @@ class SchedulerConfig:
         mode = str(transfer).strip().lower()
         if mode not in TRANSFERS:
             raise SplitwisePlanError(f"--transfer {transfer!r} is unknown; valid: {', '.join(TRANSFERS)}")
-        if isinstance(bandwidth_gib_s, bool) or not isinstance(bandwidth_gib_s, (int, float)) \
+        if isinstance(bandwidth_gib_s, bool) or not isinstance(bandwidth_gib_s, numbers.Real) \
                 or not 0.001 <= bandwidth_gib_s <= 1e6:
             raise SplitwisePlanError(f"--bandwidth must be between 0.001 and 1e6 GiB/s, got {bandwidth_gib_s!r}")
         return cls(transfer_bandwidth_bytes_s=float(bandwidth_gib_s) * GIB, layerwise_transfer=mode == "layerwise")
@@ -72,12 +73,7 @@ MAX_POOL = 10_000
 
 def pool_size(count, what: str) -> int:
     """``count`` machines as a pool size (1 to ``MAX_POOL``), or a user error naming ``what``."""
-    if isinstance(count, bool) or not hasattr(count, "__index__"):
-        raise SplitwisePlanError(f"{what} must be a whole number of machines, got {count!r}")
-    n = count.__index__()
-    if not 1 <= n <= MAX_POOL:
-        raise SplitwisePlanError(f"{what} must be between 1 and {MAX_POOL:,} machines, got {n}")
-    return n
+    return whole_number(count, what, 1, MAX_POOL, " machines")
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,10 @@ DESIGNS: dict[str, Design] = {
 
 def get_design(name: str) -> Design:
     """Look a design up by full or short name, in any case."""
+    if isinstance(name, Design):
+        return name
+    if not isinstance(name, str):
+        raise SplitwisePlanError(f"a design is named by a string such as 'splitwise-hh' or 'HH', got {name!r}")
     key = name.strip().lower()
     for d in DESIGNS.values():
         if key in (d.name, d.short.lower()):

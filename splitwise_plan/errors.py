@@ -20,6 +20,8 @@ def choices(names) -> str:
 
 def positive_number(value, what: str) -> float:
     """``value`` as a positive finite float, or a user error naming ``what``."""
+    if isinstance(value, bool):
+        raise SplitwisePlanError(f"{what} must be a number, got {value!r}")
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -29,8 +31,19 @@ def positive_number(value, what: str) -> float:
     return x
 
 
+def whole_number(value, what: str, least: int, most: int | None = None, unit: str = "") -> int:
+    """``value`` as an int from ``least`` to ``most`` (numpy integers too; not bools or floats), or a
+    user error naming ``what``."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise SplitwisePlanError(f"{what} must be a whole number{' of' + unit if unit else ''}, got {value!r}")
+    n = value.__index__()
+    if most is None and n < least:
+        raise SplitwisePlanError(f"{what} must be a whole number >= {least}, got {value!r}")
+    if most is not None and not least <= n <= most:
+        raise SplitwisePlanError(f"{what} must be between {least:,} and {most:,}{unit}, got {n}")
+    return n
+
+
 def seed_value(value, what: str = "--seed") -> int:
     """``value`` as a random seed numpy takes (a whole number >= 0), or a user error naming ``what``."""
-    if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 0:
-        raise SplitwisePlanError(f"{what} must be a whole number >= 0, got {value!r}")
-    return value.__index__()
+    return whole_number(value, what, 0)

@@ -3,13 +3,34 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SplitwisePlanError, choices
+from .errors import SplitwisePlanError, choices, whole_number
 from .paths import read_toml
 
 GIB = 1024**3
+
+
+#: Upper bounds of a machine's numbers: far beyond any machine, and within what the simulators compute with.
+_MOST = {"gpus": 4096, "hbm_bytes_per_gpu": 2**50, "hbm_gib_per_gpu": 2**20, "cost": 1e12, "power": 1e12}
+
+
+def _number(where: str, key: str, value, *, integer: bool = False) -> float | int:
+    """Check that a TOML value is a positive finite number (an integer if asked), at most ``_MOST[key]``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise SplitwisePlanError(f"{where}: {key} must be a number, got {value!r}")
+    value = value.item() if hasattr(value, "item") else value   # a numpy number as a Python one
+    if not math.isfinite(value) or value <= 0:
+        raise SplitwisePlanError(f"{where}: {key} must be positive and finite, got {value!r}")
+    if value > _MOST[key]:
+        raise SplitwisePlanError(f"{where}: {key} must be at most {_MOST[key]:g}, got {value!r}")
+    if integer:
+        if float(value) != int(value):
+            raise SplitwisePlanError(f"{where}: {key} must be an integer, got {value!r}")
+        return int(value)
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -27,6 +48,17 @@ class Machine:
     cost: float
     power: float
 
+    def __post_init__(self) -> None:
+        """Numbers as plain Python ones within ``_MOST``; a user error names the machine and field."""
+        for key in ("name", "hardware"):
+            if not isinstance(getattr(self, key), str) or not getattr(self, key).strip():
+                raise SplitwisePlanError(f"machine {self.name!r}: {key} must be a non-empty string")
+        where = f"machine {self.name!r}"
+        for key in ("gpus", "hbm_bytes_per_gpu"):
+            object.__setattr__(self, key, whole_number(getattr(self, key), f"{where}: {key}", 1, _MOST[key]))
+        for key in ("cost", "power"):
+            object.__setattr__(self, key, _number(where, key, getattr(self, key)))
+
     @property
     def hbm_bytes(self) -> int:
         """HBM of all GPUs in the machine, bytes."""
@@ -43,25 +75,6 @@ BUILTIN_MACHINES: dict[str, Machine] = {
 # --- loading user overrides -------------------------------------------------
 
 MACHINE_KEYS = ("hardware", "gpus", "hbm_bytes_per_gpu", "hbm_gib_per_gpu", "cost", "power")
-
-
-#: Upper bounds of a machine's numbers: far beyond any machine, and within what the simulators compute with.
-_MOST = {"gpus": 4096, "hbm_bytes_per_gpu": 2**50, "hbm_gib_per_gpu": 2**20, "cost": 1e12, "power": 1e12}
-
-
-def _number(where: str, key: str, value, *, integer: bool = False) -> float | int:
-    """Check that a TOML value is a positive finite number (an integer if asked), at most ``_MOST[key]``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SplitwisePlanError(f"{where}: {key} must be a number, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise SplitwisePlanError(f"{where}: {key} must be positive and finite, got {value!r}")
-    if value > _MOST[key]:
-        raise SplitwisePlanError(f"{where}: {key} must be at most {_MOST[key]:g}, got {value!r}")
-    if integer:
-        if float(value) != int(value):
-            raise SplitwisePlanError(f"{where}: {key} must be an integer, got {value!r}")
-        return int(value)
-    return float(value)
 
 
 def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
@@ -126,5 +139,5 @@ def get_machine(name: str, machines: dict[str, Machine] | None = None) -> Machin
     pool = BUILTIN_MACHINES if machines is None else machines
     try:
         return pool[name]
-    except KeyError:
+    except (KeyError, TypeError):
         raise SplitwisePlanError(f"unknown machine {name!r}; valid: {choices(pool)}") from None

@@ -34,7 +34,7 @@ def get_model(name: str, models: dict[str, ModelSpec] | None = None) -> ModelSpe
     pool = BUILTIN_MODELS if models is None else models
     try:
         return pool[name]
-    except KeyError:
+    except (KeyError, TypeError):
         raise SplitwisePlanError(f"unknown model {name!r}; valid: {choices(pool)}") from None
 
 

@@ -6,6 +6,8 @@ a source checkout has them at the repository root. The installed copy wins.
 
 from __future__ import annotations
 
+import os
+
 import tomllib
 from pathlib import Path
 
@@ -40,6 +42,8 @@ def data_file(kind: str, name: str) -> Path:
 
 def user_file(path, what: str) -> Path:
     """Check that a user-given ``path`` is a readable file; ``what`` names it in the error."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise SplitwisePlanError(f"a {what} file is given as a path, got {path!r}")
     p = Path(path).expanduser()
     if not p.exists():
         raise SplitwisePlanError(f"{what} file not found: {p}")

@@ -16,7 +16,9 @@ worst; a point that fails confirmation is excluded and the search moves to the n
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import numbers
 import os
 import time
 from concurrent.futures import Future
@@ -26,10 +28,10 @@ import numpy as np
 
 from .budget import parse_budget
 from .capacity import capacity_model
-from .cluster import MAX_POOL, SchedulerConfig
+from .cluster import MAX_POOL, SchedulerConfig, pool_size
 from .designs import DESIGNS, Design, get_design
 from .models import check_fits, get_model
-from .errors import SplitwisePlanError, choices, positive_number, seed_value
+from .errors import SplitwisePlanError, choices, positive_number, seed_value, whole_number
 from .search import STRATEGIES, Evaluator, Lockstep, Space, search
 from .simulator import METHODS, Simulator
 
@@ -112,27 +114,32 @@ class PlanRequest:
                 raise SplitwisePlanError(f"--goal {self.goal} needs --rps (requests per second) or --trace")
             if self.rps is not None and self.trace is not None:
                 raise SplitwisePlanError("--trace replays the file at its own rate; give --rps or --trace, not both")
+        # numbers as plain Python ones (numpy scalars and numeric strings too): reports serialize them
+        fields = {"duration": positive_number(self.duration, "--duration"),
+                  "rate_tol": positive_number(self.rate_tol, "rate tolerance"),
+                  "seeds": whole_number(self.seeds, "--seeds", 1), "tp": whole_number(self.tp, "--tp", 1),
+                  "jobs": whole_number(self.jobs, "--jobs", -1), "seed": seed_value(self.seed),
+                  "max_confirm": whole_number(self.max_confirm, "max_confirm", 1)}
         if self.rps is not None:
-            positive_number(self.rps, "--rps")
-        positive_number(self.duration, "--duration")
-        positive_number(self.rate_tol, "rate tolerance")
-        for name, v, lo in (("--seeds", self.seeds, 1), ("--tp", self.tp, 1), ("--jobs", self.jobs, -1)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-                raise SplitwisePlanError(f"{name} must be an integer >= {lo}, got {v!r}")
-        seed_value(self.seed)
+            fields["rps"] = positive_number(self.rps, "--rps")
+        if self.batch is not None:
+            fields["batch"] = whole_number(self.batch, "batch", 1)
+        if isinstance(self.margin, bool) or not isinstance(self.margin, numbers.Real) or not 0 <= self.margin < 1:
+            raise SplitwisePlanError(f"margin must be a number in [0, 1), got {self.margin!r}")
+        fields["margin"] = float(self.margin)
+        _check_limits(self.limits)
+        for k, v in fields.items():   # a plain int or float stays as given (study names hash the request)
+            if type(getattr(self, k)) not in (int, float):
+                object.__setattr__(self, k, v)
         if self.search_method not in (*METHODS, "auto"):
             raise SplitwisePlanError(f"search method {self.search_method!r} is unknown; valid: auto, {', '.join(METHODS)}")
         if self.confirm_method not in METHODS:
             raise SplitwisePlanError(f"confirm method {self.confirm_method!r} is unknown; valid: {', '.join(METHODS)}")
         if self.strategy not in STRATEGIES:
             raise SplitwisePlanError(f"search strategy {self.strategy!r} is unknown; valid: {', '.join(STRATEGIES)}")
-        if isinstance(self.margin, bool) or not isinstance(self.margin, (int, float)) or not 0 <= self.margin < 1:
-            raise SplitwisePlanError(f"margin must be a number in [0, 1), got {self.margin!r}")
-        if isinstance(self.max_confirm, bool) or not isinstance(self.max_confirm, int) or self.max_confirm < 1:
-            raise SplitwisePlanError(f"max_confirm must be a positive integer, got {self.max_confirm!r}")
-        if self.batch is not None and (not isinstance(self.batch, int) or self.batch < 1):
-            raise SplitwisePlanError(f"batch must be a positive integer, got {self.batch!r}")
-        SchedulerConfig.with_transfer(self.transfer, self.bandwidth)   # a bad --transfer or --bandwidth: one line
+        sched = SchedulerConfig.with_transfer(self.transfer, self.bandwidth)   # a bad --transfer or --bandwidth: one line
+        if type(self.bandwidth) not in (int, float):
+            object.__setattr__(self, "bandwidth", sched.bandwidth_gib_s)
         names = parse_designs(self.designs)
         object.__setattr__(self, "designs", names)
         if self.storage is not None or self.study is not None:
@@ -158,6 +165,8 @@ def parse_designs(designs) -> tuple[str, ...]:
     """Full design names from a comma list or a sequence of names (short forms allowed)."""
     if isinstance(designs, str):
         designs = designs.split(",")
+    if designs is None or isinstance(designs, (bytes, numbers.Number)):
+        designs = ()
     names = []
     for d in designs:
         if not str(d).strip():
@@ -342,6 +351,18 @@ def _units(inputs: Inputs, d: Design) -> tuple[dict, dict]:
     up = {"cost": pm.cost, "power": pm.power}
     ut = {"cost": tm.cost if tm else 0.0, "power": tm.power if tm else 0.0}
     return up, ut
+
+
+def _check_limits(limits) -> tuple:
+    """``limits`` as ((design name, prompt max, token max), ...), or a user error."""
+    try:
+        entries = [tuple(x) for x in limits]
+    except TypeError:
+        entries = None
+    if entries is None or any(len(x) != 3 for x in entries):
+        raise SplitwisePlanError(f"limits are ((design, prompt max, token max), ...), got {limits!r}")
+    return tuple((get_design(name).name, pool_size(p, f"limits of {name}: prompt max"),
+                  whole_number(t, f"limits of {name}: token max", 0, MAX_POOL)) for name, p, t in entries)
 
 
 def _limits(req: PlanRequest, d: Design, rate: float) -> tuple[int, int]:
@@ -897,6 +918,11 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
     if given, is called in the calling process as each design finishes (for progress bars).
     """
     t0 = time.perf_counter()
+    if request is not None and not isinstance(request, PlanRequest):
+        raise SplitwisePlanError(f"plan() takes a PlanRequest or keyword options (goal=..., rps=...), got {request!r}")
+    unknown = sorted(set(kwargs) - {f.name for f in dataclasses.fields(PlanRequest)})
+    if unknown:
+        raise SplitwisePlanError(f"plan() has no option {', '.join(unknown)}; see PlanRequest for the options")
     req = request if request is not None else PlanRequest(**kwargs)
     if request is not None and kwargs:
         req = replace(request, **kwargs)

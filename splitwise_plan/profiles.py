@@ -210,7 +210,9 @@ def profile_accuracy(profileset: ProfileSet, seed: int = 0,
     the model is fit on the train rows' per-batch_tokens medians and predicts each test
     row's prompt_time and token_time at its batch_tokens (the paper's check, §V).
     """
-    if not 0.0 < test_fraction < 1.0:
+    if not isinstance(profileset, ProfileSet):
+        raise SplitwisePlanError(f"profile_accuracy takes a ProfileSet (load_profiles()), got {profileset!r:.80}")
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0.0 < test_fraction < 1.0:
         raise SplitwisePlanError(f"test_fraction must be between 0 and 1, got {test_fraction}")
     rng = np.random.default_rng(seed_value(seed))
     results = []

@@ -79,7 +79,8 @@ class ProgressBar:
             self._progress.start()
             self.shown = True
 
-    def stop(self) -> None:
+    def stop(self, outcome: str = "done") -> None:
+        """End the bar; a plain log gets one line saying how far the run got and its ``outcome``."""
         with self._lock:
             if self._timer is not None:
                 self._timer.cancel()
@@ -89,7 +90,8 @@ class ProgressBar:
                 self._progress = None
             if self._plain is not None:
                 done = (f"{self.completed:g}/{self.total:g} " if self.total is not None else "")
-                self._plain.print(f"{self._base_description}: {done}done in {self.elapsed_s:.1f} s",
+                self._plain.print(f"{self._base_description}: {done}{outcome} after {self.elapsed_s:.1f} s"
+                                  if outcome != "done" else f"{self._base_description}: {done}done in {self.elapsed_s:.1f} s",
                                   markup=False, highlight=False, soft_wrap=True)
                 self._plain = None
 
@@ -121,5 +123,10 @@ def progress(total: float | None, description: str, *, quiet: bool = False,
     bar = ProgressBar(total, description, quiet=quiet, delay_s=delay_s, console=console).start()
     try:
         yield bar
-    finally:
-        bar.stop()
+    except KeyboardInterrupt:
+        bar.stop("stopped (Ctrl-C)")
+        raise
+    except BaseException:
+        bar.stop("failed")
+        raise
+    bar.stop()

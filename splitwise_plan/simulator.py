@@ -19,7 +19,7 @@ import numpy as np
 
 from .cluster import Cluster, Pool, SchedulerConfig, pool_size
 from .designs import Design, get_design
-from .errors import SplitwisePlanError, choices
+from .errors import SplitwisePlanError, choices, whole_number
 from .machines import BUILTIN_MACHINES, Machine
 from .metrics import PERCENTILES, request_latencies, percentiles
 from .models import BUILTIN_MODELS, ModelSpec, check_fits
@@ -123,6 +123,24 @@ def _num(v):
     return v if math.isfinite(v) else None
 
 
+def _check_method(method) -> str:
+    """``method`` if it names a simulator, else a user error."""
+    if not isinstance(method, str) or method not in METHODS:
+        raise SplitwisePlanError(f"simulation method {method!r} is unknown; valid: {choices(METHODS)}")
+    return method
+
+
+def _point(pt, least: int, most: int, shape: str) -> tuple:
+    """A design point as a tuple of ``least`` to ``most`` items, else a user error showing its ``shape``."""
+    try:
+        items = tuple(pt)
+    except TypeError:
+        items = None
+    if items is None or not least <= len(items) <= most:
+        raise SplitwisePlanError(f"a design point is {shape}, got {pt!r}")
+    return items
+
+
 class Simulator:
     """Evaluates designs of one model on one request stream against one SLO set."""
 
@@ -131,15 +149,18 @@ class Simulator:
                  machines: dict[str, Machine] | None = None, slos: SLOSet | None = None,
                  scheduler: SchedulerConfig | None = None, method: str = "fluid",
                  stop_early: bool = False) -> None:
-        if method not in METHODS:
-            raise SplitwisePlanError(f"simulation method {method!r} is unknown; valid: {choices(METHODS)}")
-        if model not in BUILTIN_MODELS:
+        _check_method(method)
+        if not isinstance(model, str) or model not in BUILTIN_MODELS:
             raise SplitwisePlanError(f"model {model!r} is unknown; valid: {choices(BUILTIN_MODELS)}")
+        for value, kind, what in ((stream, RequestStream, "stream"), (profiles, ProfileSet, "profiles"),
+                                  (slos, SLOSet, "slos"), (scheduler, SchedulerConfig, "scheduler")):
+            if not isinstance(value, kind) and (value is not None or what == "stream"):
+                raise SplitwisePlanError(f"{what} must be a {kind.__name__} (see its load function), got {value!r:.80}")
         if len(stream) == 0:
             raise SplitwisePlanError("the request stream is empty")
         self.stream = stream
         self.model: ModelSpec = BUILTIN_MODELS[model]
-        self.tensor_parallel = int(tensor_parallel)
+        self.tensor_parallel = whole_number(tensor_parallel, "tensor_parallel", 1, 1024)
         self.profiles = profiles if profiles is not None else ProfileSet.load()
         self.machines = dict(machines) if machines is not None else dict(BUILTIN_MACHINES)
         self.slos = slos if slos is not None else load_slos()
@@ -177,7 +198,7 @@ class Simulator:
 
     def cluster(self, design: str | Design, n_prompt: int, n_token: int = 0) -> Cluster:
         """Resolve a design and machine counts to a cluster."""
-        d = get_design(design) if isinstance(design, str) else design
+        d = get_design(design)
         n_prompt = pool_size(n_prompt, f"{d.name}'s {'machine count' if d.is_baseline else 'prompt pool'}")
         pm = self.pool_machine(d, d.prompt_machine)
         prompt = Pool(pm, n_prompt, self.latency(pm))
@@ -203,7 +224,7 @@ class Simulator:
         ``finished`` False. The discrete-event method tells ``on_arrivals(n)``, now and then, how
         many requests have arrived.
         """
-        method = method or self.method
+        method = self.method if method is None else _check_method(method)
         clusters = [self.cluster(design, n_prompt, n_token)]
         ttft, e2e, util, oom, over, failed = self._simulate(clusters, method, on_arrivals)
         result = self._results(clusters, ttft, e2e, util, oom, over, method, failed)[0]
@@ -227,8 +248,9 @@ class Simulator:
         ``n`` points is done (in one process: each fluid pass, each oracle run), and
         ``on_results(results)`` is given that part's results (to keep them as they come).
         """
-        method = method or self.method
-        points = [tuple(pt) for pt in points]
+        method = self.method if method is None else _check_method(method)
+        jobs = whole_number(jobs, "jobs", 1)
+        points = [_point(pt, 1, 2, "(prompt machines, token machines)") for pt in points]
         clusters = [self.cluster(design, *pt) for pt in points]
         if not clusters:
             return []
@@ -264,7 +286,7 @@ class Simulator:
         none where splitting the work saves less than starting the workers costs.
         """
         from .fluid import PASS_MEMORY
-        method = method or self.method
+        method = self.method if method is None else _check_method(method)
         per_point = 0.3 if method == "events" else _FLUID_S_PER_REQUEST * len(self.stream)
         if n_points * per_point < 4 * _WORKER_START_S:
             return 1
@@ -281,8 +303,9 @@ class Simulator:
         The fluid method runs all Splitwise points in one batch and all baseline points in
         another, whatever their designs: a batch costs little more than one point.
         """
-        method = method or self.method
-        clusters = [self.cluster(d, *pt) for d, *pt in points]
+        method = self.method if method is None else _check_method(method)
+        clusters = [self.cluster(d, *pt) for d, *pt in
+                    (_point(x, 2, 3, "(design, prompt machines, token machines)") for x in points)]
         if method == "events":
             return self._events(clusters)
         out: list = [None] * len(clusters)

@@ -192,7 +192,7 @@ def _parse(doc: dict, where: str) -> SLOSet:
 
 def load_slos(path: str | Path | None = None) -> SLOSet:
     """Load the paper's SLOs (``path=None``, shipped ``slos/paper.toml``) or a user TOML file."""
-    p = data_file("slos", SHIPPED_SLOS) if path is None else Path(path)
+    p = data_file("slos", SHIPPED_SLOS) if path is None else path
     return _parse(read_toml(p, "SLO"), f"SLO file {p}")
 
 

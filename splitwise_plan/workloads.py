@@ -7,6 +7,8 @@ trace generator does. ``load_trace`` replays a trace file exactly instead.
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +38,22 @@ def workload_names() -> list[str]:
 
 
 
+def _numbers(values, where: str) -> np.ndarray:
+    """``values`` as a contiguous float64 array, or a user error naming ``where``."""
+    try:
+        return np.ascontiguousarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise SplitwisePlanError(f"{where}: arrivals and token counts must be arrays of numbers") from None
+
+
+def _tokens(values, where: str) -> np.ndarray:
+    """Token counts as int64: whole numbers from 1 to ``MAX_TOKENS`` (not truncated), or a user error."""
+    x = _numbers(values, where)
+    if x.size and not (np.all(x == np.round(x)) and x.min() >= 1 and x.max() <= MAX_TOKENS):   # NaN fails too
+        raise SplitwisePlanError(f"{where}: prompt and output tokens must be whole numbers between 1 and {MAX_TOKENS:,}")
+    return x.astype(np.int64)
+
+
 @dataclass(frozen=True, eq=False)
 class RequestStream:
     """Requests in arrival order: arrival seconds from 0, prompt tokens, output tokens (first included)."""
@@ -47,17 +65,13 @@ class RequestStream:
     horizon_s: float | None = None  # the stream's nominal length when generated; None = last arrival
 
     def __post_init__(self) -> None:
-        a = np.ascontiguousarray(self.arrival_s, dtype=np.float64)
-        p = np.ascontiguousarray(self.prompt_tokens, dtype=np.int64)
-        o = np.ascontiguousarray(self.output_tokens, dtype=np.int64)
+        where = f"request stream {self.name!r}"
+        a = _numbers(self.arrival_s, where)
+        p, o = _tokens(self.prompt_tokens, where), _tokens(self.output_tokens, where)
         if a.ndim != 1 or a.shape != p.shape or a.shape != o.shape:
-            raise SplitwisePlanError(f"request stream {self.name!r}: arrival_s, prompt_tokens and "
-                                     "output_tokens must be 1-D arrays of one length")
+            raise SplitwisePlanError(f"{where}: arrival_s, prompt_tokens and output_tokens must be 1-D arrays of one length")
         if a.size and (not np.all(np.isfinite(a)) or a[0] < 0 or np.any(np.diff(a) < 0)):
             raise SplitwisePlanError(f"request stream {self.name!r}: arrivals must be finite, >= 0 and sorted")
-        if a.size and (p.min() < 1 or o.min() < 1 or max(p.max(), o.max()) > MAX_TOKENS):
-            raise SplitwisePlanError(f"request stream {self.name!r}: prompt and output tokens must be "
-                                     f"between 1 and {MAX_TOKENS:,}")
         for arr in (a, p, o):
             arr.setflags(write=False)
         object.__setattr__(self, "arrival_s", a)
@@ -104,12 +118,9 @@ class Workload:
     source: str = ""
 
     def __post_init__(self) -> None:
-        p = np.ascontiguousarray(self.prompt_tokens, dtype=np.int64)
-        o = np.ascontiguousarray(self.output_tokens, dtype=np.int64)
+        p, o = (_tokens(x, f"workload {self.name!r}") for x in (self.prompt_tokens, self.output_tokens))
         if p.ndim != 1 or o.ndim != 1 or p.size == 0 or o.size == 0:
             raise SplitwisePlanError(f"workload {self.name!r} needs non-empty 1-D size samples")
-        if p.min() < 1 or o.min() < 1:
-            raise SplitwisePlanError(f"workload {self.name!r}: prompt and output tokens must be >= 1")
         object.__setattr__(self, "prompt_tokens", p)
         object.__setattr__(self, "output_tokens", o)
 
@@ -151,6 +162,8 @@ class Workload:
 
 def _resolve(name_or_path: str | Path, what: str = "workload") -> tuple[str, Path]:
     """(workload name, file) for a shipped workload name or a user trace path."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise SplitwisePlanError(f"a {what} is a name ({choices(SHIPPED_WORKLOADS)}) or a path, got {name_or_path!r}")
     key = str(name_or_path)
     key = ALIASES.get(key, key)
     if key in SHIPPED_WORKLOADS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -135,6 +136,15 @@ def test_main_returns_2_for_user_error(tmp_path, capsys):
     assert main(["profiles", "--profiles", str(tmp_path / "none.csv")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: profile file not found") and err.count("\n") == 1
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="no /dev/stdout on this platform")
+def test_json_to_stdout_and_another_report_to_stdout_is_an_error():
+    proc = subprocess.run([sys.executable, "-m", "splitwise_plan", "simulate", "-d", "HH", "--prompt", "3", "--token",
+                           "2", "--rps", "5", "--duration", "5", "--json", "-", "--csv", "/dev/stdout"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "error: --json - and --csv /dev/stdout both write to standard output: give --csv a file\n"
 
 
 def test_python_m_subprocess_one_line_no_traceback(tmp_path):

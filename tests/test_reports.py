@@ -284,6 +284,20 @@ def test_progress_after_delay_is_one_plain_line_when_not_a_terminal():
     assert "\x1b[" not in out  # no colour or cursor codes when not a terminal
 
 
+def test_an_interrupted_run_says_so_and_how_far_it_got():
+    c = _console()
+    with pytest.raises(KeyboardInterrupt):
+        with progress(6, "plan min-cost, 6 designs", delay_s=0.0, console=c) as bar:
+            for _ in range(200):
+                if bar.shown:
+                    break
+                time.sleep(0.01)
+            bar.advance(2)
+            raise KeyboardInterrupt
+    out = c.file.getvalue()
+    assert out.startswith("plan min-cost, 6 designs: 2/6 stopped (Ctrl-C) after ") and "done" not in out
+
+
 def test_progress_live_bar_on_a_terminal():
     c = Console(file=io.StringIO(), force_terminal=True, width=100)
     with progress(4, "sweeping", delay_s=0.0, console=c) as bar:

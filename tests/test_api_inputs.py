@@ -1,0 +1,73 @@
+"""The Python API as a notebook calls it: a wrong value is one SplitwisePlanError naming it, never a
+deep numpy or pandas error, a silent coercion or a silently different run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import splitwise_plan as sp
+from splitwise_plan.machines import BUILTIN_MACHINES
+from splitwise_plan.simulator import Simulator
+from splitwise_plan.workloads import RequestStream, Workload, load_workload
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return Simulator(load_workload("coding").generate(5.0, duration_s=10.0, seed=0))
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda s: s.run("HH", 3, 3, "EVENTS"), "simulation method 'EVENTS' is unknown"),   # once: a fluid run
+    (lambda s: s.run_requests("HH", 3, 3, method="events "), "simulation method 'events ' is unknown"),
+    (lambda s: s.run_points([("HH", 3, 3)], method="x"), "simulation method 'x' is unknown"),
+    (lambda s: s.run(None, 3, 3), "a design is named by a string"),
+    (lambda s: s.run_many("HH", [3, 3]), "a design point is (prompt machines, token machines), got 3"),
+    (lambda s: s.run_points([("HH",)]), "a design point is (design, prompt machines, token machines)"),
+    (lambda s: s.run_many("HH", [(3, 3)], jobs="2"), "jobs must be a whole number"),
+    (lambda s: s.run("HH", 3.5, 3), "prompt pool must be a whole number of machines"),
+    (lambda s: Simulator(None), "stream must be a RequestStream"),
+    (lambda s: Simulator(s.stream, tensor_parallel=8.9), "tensor_parallel must be a whole number, got 8.9"),
+    (lambda s: Simulator(s.stream, slos="paper"), "slos must be a SLOSet"),
+    (lambda s: Simulator(s.stream, scheduler="layerwise"), "scheduler must be a SchedulerConfig"),
+    (lambda s: Simulator(s.stream, model=["x"]), "model ['x'] is unknown"),
+    (lambda s: sp.load_workload(123), "a workload is a name (coding, conversation) or a path, got 123"),
+    (lambda s: sp.load_slos(123), "a SLO file is given as a path, got 123"),
+    (lambda s: sp.get_machine(["x"]), "unknown machine ['x']"),
+    (lambda s: RequestStream([0.0, 1.0], [10.7, 3], [1, 2]), "tokens must be whole numbers between 1 and"),
+    (lambda s: RequestStream([0.0], [np.nan], [1]), "tokens must be whole numbers"),
+    (lambda s: Workload("w", [1.9], [2]), "workload 'w': prompt and output tokens must be whole numbers"),
+    (lambda s: dataclasses.replace(BUILTIN_MACHINES["dgx-h100"], cost="4.0"), "cost must be a number, got '4.0'"),
+    (lambda s: dataclasses.replace(BUILTIN_MACHINES["dgx-h100"], gpus=-8), "gpus must be between 1 and 4,096"),
+    (lambda s: sp.plan("min-cost"), "plan() takes a PlanRequest or keyword options"),
+    (lambda s: sp.plan(goal="min-cost", rps=5, foo=1), "plan() has no option foo"),
+    (lambda s: sp.PlanRequest(rps=True), "--rps must be a number, got True"),
+    (lambda s: sp.PlanRequest(rps=5, designs=None), "no design given"),
+    (lambda s: sp.PlanRequest(rps=5, limits=(("HH", -1, 5),)), "limits of HH: prompt max must be between 1"),
+    (lambda s: sp.PlanRequest(rps=5, limits="x"), "limits are ((design, prompt max, token max), ...)"),
+])
+def test_a_wrong_value_is_one_user_error(sim, call, needle):
+    with pytest.raises(sp.SplitwisePlanError) as err:
+        call(sim)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_numpy_and_numeric_strings_become_plain_numbers_that_reports_serialize():
+    req = sp.PlanRequest(rps=np.float32(8), duration="20", bandwidth=np.int64(100), margin=np.float32(0.25),
+                         max_confirm=np.int64(3), batch=np.int64(4), seed=np.int64(2), designs="HH")
+    for name, kind in (("rps", float), ("duration", float), ("bandwidth", float), ("margin", float),
+                       ("max_confirm", int), ("batch", int), ("seed", int)):
+        assert type(getattr(req, name)) is kind, name
+    assert (req.rps, req.duration, req.bandwidth, req.margin) == (8.0, 20.0, 100.0, 0.25)
+    json.dumps(dataclasses.asdict(req))
+    m = dataclasses.replace(BUILTIN_MACHINES["dgx-h100"], cost=np.float32(4), gpus=np.int64(4))
+    assert (type(m.cost), type(m.gpus), m.hbm_bytes) == (float, int, 4 * 80 * 2**30)
+
+
+def test_a_point_given_with_numpy_counts_is_the_same_point(sim):
+    a = sim.run("HH", np.int64(3), np.int64(2))
+    b = sim.run("HH", 3, 2)
+    assert a.to_dict() == b.to_dict()
