@@ -80,20 +80,24 @@ class ProgressBar:
             self.shown = True
 
     def stop(self, outcome: str = "done") -> None:
-        """End the bar; a plain log gets one line saying how far the run got and its ``outcome``."""
+        """End the bar with one line saying how far the run got and its ``outcome``: always in a plain
+        log, on a terminal (where the live bar vanishes) only when the run did not finish."""
         with self._lock:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+            done = f"{self.completed:g}/{self.total:g} " if self.total is not None else ""
+            t = self.elapsed_s
+            line = f"{self._base_description}: {done}" + (
+                f"done in {t:.1f} s" if outcome == "done" else f"{outcome} after {t:.1f} s")
+            out = self._plain
             if self._progress is not None:
                 self._progress.stop()
+                out = self._progress.console if outcome != "done" else None
                 self._progress = None
-            if self._plain is not None:
-                done = (f"{self.completed:g}/{self.total:g} " if self.total is not None else "")
-                self._plain.print(f"{self._base_description}: {done}{outcome} after {self.elapsed_s:.1f} s"
-                                  if outcome != "done" else f"{self._base_description}: {done}done in {self.elapsed_s:.1f} s",
-                                  markup=False, highlight=False, soft_wrap=True)
-                self._plain = None
+            if out is not None:
+                out.print(line, markup=False, highlight=False, soft_wrap=True)
+            self._plain = None
 
     # -- updates ---------------------------------------------------------------------
     def advance(self, n: float = 1) -> None:

@@ -284,8 +284,9 @@ def test_progress_after_delay_is_one_plain_line_when_not_a_terminal():
     assert "\x1b[" not in out  # no colour or cursor codes when not a terminal
 
 
-def test_an_interrupted_run_says_so_and_how_far_it_got():
-    c = _console()
+@pytest.mark.parametrize("terminal", [False, True])
+def test_an_interrupted_run_says_so_and_how_far_it_got(terminal):
+    c = Console(file=io.StringIO(), force_terminal=terminal, width=100)
     with pytest.raises(KeyboardInterrupt):
         with progress(6, "plan min-cost, 6 designs", delay_s=0.0, console=c) as bar:
             for _ in range(200):
@@ -295,7 +296,9 @@ def test_an_interrupted_run_says_so_and_how_far_it_got():
             bar.advance(2)
             raise KeyboardInterrupt
     out = c.file.getvalue()
-    assert out.startswith("plan min-cost, 6 designs: 2/6 stopped (Ctrl-C) after ") and "done" not in out
+    last = out.strip().splitlines()[-1]
+    assert last.endswith(" s") and "done" not in last
+    assert last.split("\x1b[2K")[-1].startswith("plan min-cost, 6 designs: 2/6 stopped (Ctrl-C) after ")
 
 
 def test_progress_live_bar_on_a_terminal():
