@@ -261,6 +261,14 @@ def _console():
     return Console(file=io.StringIO(), force_terminal=False, width=100)
 
 
+def _shown(bar) -> None:
+    """Wait (up to 2 s) for the bar's timer thread to show it."""
+    for _ in range(200):
+        if bar.shown:
+            return
+        time.sleep(0.01)
+
+
 def test_progress_quiet_and_quick_runs_print_nothing():
     c = _console()
     with progress(3, "work", quiet=True, delay_s=0.0, console=c) as bar:
@@ -274,10 +282,7 @@ def test_progress_quiet_and_quick_runs_print_nothing():
 def test_progress_after_delay_is_one_plain_line_when_not_a_terminal():
     c = _console()
     with progress(4, "sweeping", delay_s=0.0, console=c) as bar:
-        for _ in range(200):  # wait for the timer thread
-            if bar.shown:
-                break
-            time.sleep(0.01)
+        _shown(bar)
         bar.advance(4)
     out = c.file.getvalue()
     assert bar.shown and out.startswith("sweeping: 4/4 done in ") and out.count("\n") == 1
@@ -289,10 +294,7 @@ def test_an_interrupted_run_says_so_and_how_far_it_got(terminal):
     c = Console(file=io.StringIO(), force_terminal=terminal, width=100)
     with pytest.raises(KeyboardInterrupt):
         with progress(6, "plan min-cost, 6 designs", delay_s=0.0, console=c) as bar:
-            for _ in range(200):
-                if bar.shown:
-                    break
-                time.sleep(0.01)
+            _shown(bar)
             bar.advance(2)
             raise KeyboardInterrupt
     out = c.file.getvalue()
@@ -304,10 +306,7 @@ def test_an_interrupted_run_says_so_and_how_far_it_got(terminal):
 def test_progress_live_bar_on_a_terminal():
     c = Console(file=io.StringIO(), force_terminal=True, width=100)
     with progress(4, "sweeping", delay_s=0.0, console=c) as bar:
-        for _ in range(200):
-            if bar.shown:
-                break
-            time.sleep(0.01)
+        _shown(bar)
         bar.advance(4)
     assert bar.shown and "sweeping" in c.file.getvalue()
 
@@ -316,10 +315,7 @@ def test_progress_plain_line_does_not_wrap():
     c = _console()          # 100 columns
     desc = "plan min-cost, 6 designs: " + "x" * 120
     with progress(6, desc, delay_s=0.0, console=c) as bar:
-        for _ in range(200):
-            if bar.shown:
-                break
-            time.sleep(0.01)
+        _shown(bar)
         bar.advance(6)
     out = c.file.getvalue()
     assert out.count("\n") == 1 and out.startswith(desc + ": 6/6 done in ")
