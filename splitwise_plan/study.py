@@ -824,17 +824,18 @@ def check_request(req) -> None:
         if req.study is not None:
             raise SplitwisePlanError("--study names a study in a --storage; give --storage too")
         return
-    url = check_storage(req.storage)
+    url = normalize_storage(req.storage)
     object.__setattr__(req, "storage", url)
     if url is None:
         if req.study is not None:
             raise SplitwisePlanError("--study names a study in a --storage; an in-memory study has no name")
         return
-    if req.goal == "max-throughput":
+    if req.goal == "max-throughput":   # before connecting: a refused request leaves no new database behind
         raise SplitwisePlanError("--storage keeps the (prompt, token) search of --goal min-cost and min-power; "
                                  "max-throughput does not use it")
     if req.strategy == "exhaustive":
         raise SplitwisePlanError("--storage keeps Optuna trials: use --strategy optuna (the default with --storage)")
+    open_storage(url)   # a bad storage fails before any simulation
     object.__setattr__(req, "strategy", "optuna")
 
 

@@ -120,6 +120,8 @@ CLUSTER = {"c.toml": 'design = "HH"\nprompt_machines = 2\ntoken_machines = 2\n'}
      "--trace replays the file as it is; --duration shapes a generated stream only"),
     (("--goal", "min-cost", "--trace", "{tmp}/t.csv", "--seed", "1", "--workload", "conversation"),
      {"t.csv": "arrival_timestamp,prompt_size,token_size\n0,100,10\n"}, "--workload, --seed shape a generated"),
+    (("--goal", "max-throughput", "--budget-power", "40xH100", "--storage", "sqlite:///{tmp}/s.db"), {},
+     "max-throughput does not use it"),
     (("machines", "--bogus"), {}, "No such option: --bogus (see --help)"),
     (("bogus",), {}, "No such command 'bogus'"),
 ])
