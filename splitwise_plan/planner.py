@@ -353,16 +353,18 @@ def _units(inputs: Inputs, d: Design) -> tuple[dict, dict]:
     return up, ut
 
 
-def _check_limits(limits) -> tuple:
-    """``limits`` as ((design name, prompt max, token max), ...), or a user error."""
+def _check_limits(limits) -> None:
+    """A user error unless ``limits`` is ((design, prompt max, token max), ...) with valid names and counts."""
     try:
         entries = [tuple(x) for x in limits]
     except TypeError:
         entries = None
     if entries is None or any(len(x) != 3 for x in entries):
         raise SplitwisePlanError(f"limits are ((design, prompt max, token max), ...), got {limits!r}")
-    return tuple((get_design(name).name, pool_size(p, f"limits of {name}: prompt max"),
-                  whole_number(t, f"limits of {name}: token max", 0, MAX_POOL)) for name, p, t in entries)
+    for name, p, t in entries:
+        get_design(name)
+        pool_size(p, f"limits of {name}: prompt max")
+        whole_number(t, f"limits of {name}: token max", 0, MAX_POOL)
 
 
 def _limits(req: PlanRequest, d: Design, rate: float) -> tuple[int, int]:

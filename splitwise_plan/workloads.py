@@ -8,7 +8,6 @@ trace generator does. ``load_trace`` replays a trace file exactly instead.
 from __future__ import annotations
 
 import os
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
