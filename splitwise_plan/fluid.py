@@ -53,6 +53,7 @@ _BLOCK = 1 << _BLOCK_BITS   # buckets a machine keeps side by side in its rings 
 _PROMPT, _TOKEN, _MIXED, _ABSENT = 0, 1, 2, 3   # machine roles
 PASS_MEMORY = 400 * 2**20   # bytes a pass may hold: its arrays grow with designs x requests
 _REQUEST_BYTES = 100        # a pass's bytes per request and design at its peak (75-99 measured)
+_MACHINE_BYTES = 10 * _RING + 512   # and per machine and design at most: the rings, queues and counters
 _MAX_PASS = 512             # designs in a pass at most: by then they share the loop's per-request cost
 _DECODE_SLOTS = 16      # decodes tracked per baseline machine at first (doubled whenever all are busy)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
@@ -117,7 +118,7 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
         if c.is_baseline != first.is_baseline or c.model != first.model or c.scheduler != first.scheduler:
             raise ValueError("simulate_fluid batches clusters of one kind (Splitwise or baseline), model and scheduler")
     outs = []
-    size = pass_size(len(clusters), len(stream.arrival_s))
+    size = pass_size(len(clusters), len(stream.arrival_s), machines=max(c.n_machines for c in clusters))
     for lo in range(0, len(clusters), size):   # bounded memory: designs x requests arrays per pass
         run = _Run(clusters[lo:lo + size], stream, overload_s, verdict)
         outs.append(run.baseline() if first.is_baseline else run.splitwise())
@@ -127,14 +128,17 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
                           for f in ("ttft", "e2e", "utilization", "pool_utilization", "oom", "overloaded", "failed")))
 
 
-def pass_size(n_designs: int, n_requests: int, parts_of: int = 1) -> int:
+def pass_size(n_designs: int, n_requests: int, parts_of: int = 1, machines: int = 0) -> int:
     """Designs a pass takes so that ``n_designs`` split into passes of alike size, each within
-    ``PASS_MEMORY`` for ``n_requests`` requests (at least 16 designs), their number a multiple of ``parts_of``.
+    ``PASS_MEMORY`` for ``n_requests`` requests (at least 16 designs) and again for designs of up to
+    ``machines`` machines (at least one design), their number a multiple of ``parts_of``.
 
     The loop's cost per request is mostly shared by its designs, so passes are as large as
     memory allows; passes of alike size leave no small last one to pay that cost alone.
     """
     cap = min(_MAX_PASS, max(16, PASS_MEMORY // (max(n_requests, 1) * _REQUEST_BYTES)))
+    if machines:   # the per-machine state (release rings above all) of clusters of thousands of machines
+        cap = min(cap, max(1, PASS_MEMORY // (machines * _MACHINE_BYTES)))
     parts = -(-max(n_designs, 1) // cap)
     parts = -(-parts // parts_of) * parts_of
     return max(1, -(-n_designs // parts))

@@ -257,7 +257,8 @@ class Simulator:
         if jobs > 1 and len(points) > 1:
             from joblib import Parallel, delayed
             from .fluid import pass_size
-            run = pass_size(len(points), len(self.stream), jobs) * jobs if method == "fluid" else jobs
+            run = (pass_size(len(points), len(self.stream), jobs, max(c.n_machines for c in clusters)) * jobs
+                   if method == "fluid" else jobs)
             parts = []
             for lo in range(0, len(points), run):
                 block = list(range(lo, min(lo + run, len(points))))
@@ -349,7 +350,7 @@ class Simulator:
         """Clusters of one kind (Splitwise or baseline) through the fluid model, a pass at a time."""
         from .fluid import pass_size
         results = []
-        size = pass_size(len(clusters), len(self.stream))
+        size = pass_size(len(clusters), len(self.stream), machines=max(c.n_machines for c in clusters))
         for lo in range(0, len(clusters), size):   # per pass: per-request arrays never pile up
             part = clusters[lo:lo + size]
             ttft, e2e, util, oom, over, failed = self._simulate(part, "fluid")

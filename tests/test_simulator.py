@@ -422,17 +422,20 @@ def test_a_parallel_sweep_gives_the_serial_results_and_reports_every_point(monke
     assert sum(done) == len(points) and len(done) == 4   # 12 points: 3 passes of 4 at most, made 4 for 2 workers
 
 
-@pytest.mark.parametrize("n_designs, n_requests, jobs", [
-    (1521, 8502, 1), (1521, 8502, 2), (254, 8502, 1), (3, 8502, 2), (600, 42000, 2), (40, 2_000_000, 1), (513, 10, 1)])
-def test_fluid_passes_fit_the_memory_budget_and_cost_alike(n_designs, n_requests, jobs):
+@pytest.mark.parametrize("n_designs, n_requests, jobs, machines", [
+    (1521, 8502, 1, 78), (1521, 8502, 2, 78), (254, 8502, 1, 0), (3, 8502, 2, 0), (600, 42000, 2, 40),
+    (40, 2_000_000, 1, 0), (513, 10, 1, 0), (121, 700, 1, 20_020), (400, 8502, 2, 2_000)])
+def test_fluid_passes_fit_the_memory_budget_and_cost_alike(n_designs, n_requests, jobs, machines):
     from splitwise_plan import fluid
-    size = fluid.pass_size(n_designs, n_requests, jobs)
+    size = fluid.pass_size(n_designs, n_requests, jobs, machines)
     parts = -(-n_designs // size)
     assert size <= fluid._MAX_PASS
     assert size * n_requests * fluid._REQUEST_BYTES <= fluid.PASS_MEMORY or size <= 16
+    assert size * machines * fluid._MACHINE_BYTES <= fluid.PASS_MEMORY or size == 1   # thousands of machines
     assert parts % jobs == 0 or parts == n_designs          # every worker gets alike work
     assert n_designs - (parts - 1) * size >= size - parts   # no small last pass
-    if n_designs * n_requests * fluid._REQUEST_BYTES <= fluid.PASS_MEMORY and n_designs <= fluid._MAX_PASS and jobs == 1:
+    if (n_designs * n_requests * fluid._REQUEST_BYTES <= fluid.PASS_MEMORY and n_designs <= fluid._MAX_PASS and jobs == 1
+            and n_designs * machines * fluid._MACHINE_BYTES <= fluid.PASS_MEMORY):
         assert size == n_designs                            # one pass when it fits
 
 
