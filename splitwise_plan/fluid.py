@@ -156,7 +156,8 @@ class _Run:
         self.s = np.asarray(stream.prompt_tokens, dtype=np.float64)
         self.n = np.asarray(stream.output_tokens, dtype=np.float64)
         self.mem = kv * (self.s + self.n)                       # KV bytes held while decoding
-        self.xfer = kv * self.s / self.cfg.effective_bandwidth  # KV-cache transfer time
+        # KV-cache transfer time; a request of one output token ends with its prompt: no transfer, no decode
+        self.xfer = np.where(self.n > 1, kv * self.s / self.cfg.effective_bandwidth, 0.0)
         self.D = len(clusters)
         self.cp = np.array([c.prompt.count for c in clusters], dtype=np.int64)
         self.ct = np.array([c.token.count if c.token else 0 for c in clusters], dtype=np.int64)
@@ -195,7 +196,7 @@ class _Run:
         self.batch_factor = np.array([1.0, MIXED_BATCH_FACTOR])   # a batch's time: plain, mixed
         # where in a running iteration each request joins: uniform on (0, 1), low-discrepancy
         self.u = np.modf(0.5 + np.arange(len(self.a)) * 0.6180339887498949)[0]
-        self.iters = self.n - 1.0 + self.u      # decode iterations of each request alone: joining, then output - 1
+        self.iters = np.where(self.n > 1, self.n - 1.0 + self.u, 0.0)   # decode iterations alone: joining, then output - 1
         self.prompt = self.s.tolist()           # prompt tokens per request (Python floats index fast)
         if verdict is not None:
             # the least a batch holding x prompt tokens can take, on any machine of the design
@@ -549,9 +550,11 @@ class _Run:
             q_next[fk] = q_end_f[q_head[fk]]
 
         def flush_busy():
-            """Bank the busy samples of the designs simulated; the stopped ones were sampled until now."""
-            busy_s[act] += np.stack([busy[:, :Cp].sum(axis=1), busy[:, Cp:].sum(axis=1)], axis=1) * _RING_S
-            sampled_s[act[dying]] = last * _RING_S
+            """Bank the busy samples of the designs simulated; the stopped ones were sampled until now
+            (one stopped before the first bucket boundary is sampled once, as it stops: which machines got work)."""
+            seen = busy if last else busy + ((running >= 0.5) | (W > 0.0))
+            busy_s[act] += np.stack([seen[:, :Cp].sum(axis=1), seen[:, Cp:].sum(axis=1)], axis=1) * _RING_S
+            sampled_s[act[dying]] = max(last, 1) * _RING_S
 
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
@@ -794,10 +797,16 @@ class _Run:
         for d in (stop < len(self.a)).nonzero()[0]:   # a stopped design's later requests are unfinished
             ttft[stop[d]:, d] = np.nan
             last_token[stop[d]:, d] = np.nan
-        horizon = np.nanmax(last_token, axis=0)
+        # a request whose KV cache exceeds every machine's free HBM never runs (as in the oracle): unfinished, oom
+        too_big = (self.mem[:, None] > np.maximum(self.cap_p, self.cap_t)[None, :]).nonzero()
+        if too_big[0].size:
+            ttft[too_big] = np.nan
+            last_token[too_big] = np.nan
+            oom = oom | np.bincount(too_big[1], minlength=oom.size).astype(bool)
+        horizon = np.max(np.where(np.isnan(last_token), -np.inf, last_token), axis=0)   # -inf: none finished
         if sampled_s is not None:
             horizon = np.where(np.isnan(sampled_s), horizon, sampled_s)
-        horizon = np.maximum(np.nan_to_num(horizon), 1e-9)
+        horizon = np.maximum(np.nan_to_num(horizon, neginf=0.0), 1e-9)
         util = np.clip(busy_s.sum(axis=1) / (self.machines * horizon), 0.0, 1.0)
         counts = np.stack([self.cp, self.ct], axis=1).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):   # a baseline has no token pool: NaN

@@ -36,7 +36,7 @@ class RequestTimes:
     e2e: np.ndarray       # NaN where the request never finished
     busy_s: np.ndarray    # busy seconds of each machine (prompt pool first)
     horizon_s: float      # when the last event happened
-    oom: bool = False     # a transfer ever waited for memory on a token machine
+    oom: bool = False     # a transfer ever waited for memory on a token machine, or a request needs more than any holds
     overloaded: bool = False   # stopped: a prompt waited longer than ``overload_s``; later requests unfinished (NaN)
 
 
@@ -336,6 +336,8 @@ class _Sim:
         self.token_pool = [i for i in self.instances if i.home == "token"]
         self.mixed_pool: list[_Instance] = []
         self.oom = False
+        # the most KV-cache bytes any machine holds: a request needing more never runs (flagged as oom)
+        self.largest_kv = max(i.max_mem for i in self.instances) - float(cluster.model.weights_bytes)
         self._iter_times: dict = {}
 
     def iteration_time(self, lat, n_prompt_tokens, n_decode) -> float:
@@ -355,6 +357,8 @@ class _Sim:
         self.arrived += 1
         mem_p = self.kv * (req.prompt + 1)
         mem_t = self.kv * (req.output - 1)
+        if mem_p + mem_t > self.largest_kv:   # it waits for memory forever: unfinished, and said so
+            self.oom = True
         if self.cluster.is_baseline:
             inst = min(self.instances, key=_PENDING)
             self._check_overload(inst)

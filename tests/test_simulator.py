@@ -461,3 +461,30 @@ def test_a_discrete_event_run_reports_its_arrivals_as_it_goes():
     result, _ = Simulator(stream, method="events").run_requests("HH", 12, 3, on_arrivals=seen.append)
     assert len(seen) >= 2 and seen == sorted(seen) and 0 < seen[0] and seen[-1] <= len(stream)
     assert result.completed == len(stream)
+
+
+@pytest.mark.parametrize("method", ["events", "fluid"])
+def test_a_request_larger_than_any_machine_is_unfinished_and_flagged(method):
+    """100,000 prompt tokens of BLOOM's KV cache (~400 GB) exceed the ~311 GB an 8x80 GB machine keeps
+    beside the weights: it can never run, and the report must say so instead of dropping it silently."""
+    stream = RequestStream(np.array([0.0, 1.0]), np.array([100_000, 1_000]), np.array([10, 10]))
+    r = Simulator(stream, method=method).run("HH", 3, 2)
+    assert r.requests == 2 and r.completed == 1 and r.oom and not r.slo_met
+
+
+@pytest.mark.parametrize("method", ["events", "fluid"])
+def test_a_one_token_output_ends_with_its_prompt(method):
+    """The prompt phase yields the first token: with one output token there is no decode and no
+    KV transfer, so E2E equals TTFT and TBT is 0."""
+    stream = RequestStream(np.array([0.0, 0.0, 0.001]), np.array([1_000, 1, 1]), np.array([1, 1, 1]))
+    result, table = Simulator(stream, method=method).run_requests("AA", 3, 2)
+    assert np.allclose(table["e2e_s"], table["ttft_s"]) and np.all(table["tbt_s"] == 0.0)
+    assert result.completed == 3
+
+
+def test_a_design_stopped_before_its_first_sample_reads_busy():
+    """HH 3+2 at 2000 req/s is overloaded within a fraction of a second; its prompt machines were
+    saturated, not idle (the fluid model once read 0% for it)."""
+    stream = load_workload("coding").generate(2000.0, duration_s=2.0, seed=0)
+    r = Simulator(stream, method="fluid").run("HH", 3, 2)
+    assert r.overloaded and r.prompt_utilization > 0.9
