@@ -269,7 +269,7 @@ def parse_counts(text: str, flag: str) -> list[int]:
         except ValueError:
             raise SplitwisePlanError(f"{flag} {text!r}: {part!r} is not a whole number or a range a:b[:step]") from None
         if len(nums) == 1:
-            values.append(nums[0])
+            values.append(pool_size(nums[0], f"{flag} {text!r}: each count"))
             continue
         if len(nums) not in (2, 3):
             raise SplitwisePlanError(f"{flag} {text!r}: a range is a:b or a:b:step")
@@ -278,11 +278,9 @@ def parse_counts(text: str, flag: str) -> list[int]:
             raise SplitwisePlanError(f"{flag} {text!r}: the step must be at least 1")
         if b < a:
             raise SplitwisePlanError(f"{flag} {text!r}: the range end {b} is below its start {a}")
-        for v in (a, b):
+        for v in (a, b):   # so every count of the range is a pool size
             pool_size(v, f"{flag} {text!r}: each count")
         values.extend(range(a, b + 1, step))
-    for v in values:
-        pool_size(v, f"{flag} {text!r}: each count")
     return sorted(set(values))
 
 

@@ -25,6 +25,11 @@ class Design:
     def is_baseline(self) -> bool:
         return self.token_machine is None
 
+    @property
+    def machines(self) -> tuple[str, ...]:
+        """The machine type of each pool: (prompt, token), or (machines,) for a baseline."""
+        return (self.prompt_machine,) if self.token_machine is None else (self.prompt_machine, self.token_machine)
+
 
 DESIGNS: dict[str, Design] = {
     d.name: d

@@ -803,10 +803,10 @@ class _Run:
             ttft[too_big] = np.nan
             last_token[too_big] = np.nan
             oom = oom | np.bincount(too_big[1], minlength=oom.size).astype(bool)
-        horizon = np.max(np.where(np.isnan(last_token), -np.inf, last_token), axis=0)   # -inf: none finished
+        horizon = np.fmax.reduce(last_token, axis=0)   # skips NaN; NaN where none finished
         if sampled_s is not None:
             horizon = np.where(np.isnan(sampled_s), horizon, sampled_s)
-        horizon = np.maximum(np.nan_to_num(horizon, neginf=0.0), 1e-9)
+        horizon = np.maximum(np.nan_to_num(horizon), 1e-9)
         util = np.clip(busy_s.sum(axis=1) / (self.machines * horizon), 0.0, 1.0)
         counts = np.stack([self.cp, self.ct], axis=1).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):   # a baseline has no token pool: NaN

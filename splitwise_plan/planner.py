@@ -307,12 +307,20 @@ class Inputs:
         inp = cls(req.model, int(req.tp), profiles, machines, slos, workload, trace, float(req.duration), req.scheduler)
         for name in req.designs:   # fail early, with one line, on a design the catalog cannot build
             d = get_design(name)
-            for m in (d.prompt_machine, d.token_machine):
-                if m is not None and m not in machines:
+            for m in d.machines:
+                if m not in machines:
                     raise SplitwisePlanError(f"{d.name} needs machine {m!r}, which the machine catalog lacks")
-                if m is not None:
-                    profiles.latency_model(req.model, machines[m].hardware, req.tp)
+                profiles.latency_model(req.model, machines[m].hardware, req.tp)
         return inp
+
+    def unfit(self, design: str) -> str:
+        """Why ``design``'s machines cannot hold the model's weights ('' when they can)."""
+        try:
+            for m in get_design(design).machines:
+                check_fits(get_model(self.model), self.machines[m])
+        except SplitwisePlanError as exc:
+            return str(exc)
+        return ""
 
     def stream(self, rate: float | None, seed: int):
         """The request stream at ``rate`` (a trace is time-scaled to it) with ``seed``."""
@@ -897,18 +905,6 @@ def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=Non
     return plans
 
 
-def _unfit(inputs: Inputs, name: str) -> str:
-    """Why ``name``'s machines cannot hold the model's weights ('' when they can)."""
-    d = get_design(name)
-    try:
-        for m in (d.prompt_machine, d.token_machine):
-            if m is not None:
-                check_fits(get_model(inputs.model), inputs.machines[m])
-    except SplitwisePlanError as exc:
-        return str(exc)
-    return ""
-
-
 # heavier designs first, so parallel workers finish together
 _WORK_ORDER = ("splitwise-aa", "splitwise-ha", "splitwise-hhcap", "splitwise-hh", "baseline-a100", "baseline-h100")
 
@@ -933,8 +929,7 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
     if req.goal == "max-throughput":   # check the budget once, before any work
         spec = req.budget_power if req.objective == "power" else req.budget_cost
         budget = parse_budget(spec, req.objective, inputs.machines)
-        unit = min(getattr(inputs.machines[m], req.objective) for n in req.designs
-                   for m in (get_design(n).prompt_machine, get_design(n).token_machine) if m is not None)
+        unit = min(getattr(inputs.machines[m], req.objective) for n in req.designs for m in get_design(n).machines)
         if budget / unit > 2 * MAX_POOL:
             raise SplitwisePlanError(f"--budget-{req.objective} {spec} buys {budget / unit:,.4g} machines; "
                                      f"a plan holds at most {MAX_POOL:,} a pool")
@@ -945,7 +940,7 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
         if on_design is not None:
             on_design(p)
 
-    unfit = {n: why for n in req.designs if (why := _unfit(inputs, n))}
+    unfit = {n: why for n in req.designs if (why := inputs.unfit(n))}
     for n, why in unfit.items():   # a design whose machines cannot hold the model: nothing to search
         collect(DesignPlan(design=n, short=get_design(n).short, status="infeasible", note=why))
     order = sorted((n for n in req.designs if n not in unfit),
