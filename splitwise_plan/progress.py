@@ -4,7 +4,9 @@
 appears after ``delay_s`` (so quick runs print nothing) and never when ``quiet``. On a
 terminal it is a live rich bar that disappears when done; when stderr is not a terminal
 (a CI log, a pipe) there is no colour and no animation, just one line at the end
-(``sweep splitwise-hh (fluid): 66/66 done in 2.1 s``). Stdout stays clean for tables and JSON.
+(``sweep splitwise-hh (fluid): 66/66 done in 2.1 s``), with a line every ``HEARTBEAT_S`` meanwhile
+(``plan min-cost: splitwise-aa ok in 41.0 s: 1/6 after 60 s``) so that a long run's log shows it is alive.
+Stdout stays clean for tables and JSON.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColum
                            TimeElapsedColumn, TimeRemainingColumn)
 
 DEFAULT_DELAY_S = 1.0
+HEARTBEAT_S = 30.0      # seconds between two lines of a run's progress in a plain log
 
 
 def stderr_console() -> Console:
@@ -33,7 +36,8 @@ class ProgressBar:
     """A progress bar that shows itself only when the run lasts longer than ``delay_s``."""
 
     def __init__(self, total: float | None, description: str, *, quiet: bool = False,
-                 delay_s: float = DEFAULT_DELAY_S, console: Console | None = None) -> None:
+                 delay_s: float = DEFAULT_DELAY_S, console: Console | None = None,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
         self.total = total
         self.description = description
         self._base_description = description
@@ -48,6 +52,8 @@ class ProgressBar:
         self._plain: Console | None = None
         self._task = None
         self._console = console
+        self._heartbeat_s = heartbeat_s
+        self._stopped = threading.Event()
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> "ProgressBar":
@@ -66,6 +72,7 @@ class ProgressBar:
             if not console.is_terminal:  # a log file or pipe: no animation, one summary line at the end
                 self._plain = console
                 self.shown = True
+                threading.Thread(target=self._heartbeat, name="progress-heartbeat", daemon=True).start()
                 return
             columns = [SpinnerColumn(), TextColumn("{task.description}")]
             if self.total is not None:
@@ -79,16 +86,28 @@ class ProgressBar:
             self._progress.start()
             self.shown = True
 
+    def _heartbeat(self) -> None:
+        """In a plain log: every ``heartbeat_s``, the run's latest description and how far it got."""
+        while not self._stopped.wait(self._heartbeat_s):
+            with self._lock:
+                if self._plain is None:
+                    return
+                self._plain.print(f"{self.description}: {self._done()}after {self.elapsed_s:.0f} s",
+                                  markup=False, highlight=False, soft_wrap=True)
+
+    def _done(self) -> str:
+        return f"{self.completed:g}/{self.total:g} " if self.total is not None else ""
+
     def stop(self, outcome: str = "done") -> None:
         """End the bar with one line saying how far the run got and its ``outcome``: always in a plain
         log, on a terminal (where the live bar vanishes) only when the run did not finish."""
+        self._stopped.set()
         with self._lock:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            done = f"{self.completed:g}/{self.total:g} " if self.total is not None else ""
             t = self.elapsed_s
-            line = f"{self._base_description}: {done}" + (
+            line = f"{self._base_description}: {self._done()}" + (
                 f"done in {t:.1f} s" if outcome == "done" else f"{outcome} after {t:.1f} s")
             out = self._plain
             if self._progress is not None:
@@ -122,9 +141,11 @@ class ProgressBar:
 
 @contextmanager
 def progress(total: float | None, description: str, *, quiet: bool = False,
-             delay_s: float = DEFAULT_DELAY_S, console: Console | None = None) -> Iterator[ProgressBar]:
+             delay_s: float = DEFAULT_DELAY_S, console: Console | None = None,
+             heartbeat_s: float = HEARTBEAT_S) -> Iterator[ProgressBar]:
     """Context manager yielding a :class:`ProgressBar` (``total=None``: a spinner without a bar)."""
-    bar = ProgressBar(total, description, quiet=quiet, delay_s=delay_s, console=console).start()
+    bar = ProgressBar(total, description, quiet=quiet, delay_s=delay_s, console=console,
+                      heartbeat_s=heartbeat_s).start()
     try:
         yield bar
     except KeyboardInterrupt:

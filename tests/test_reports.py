@@ -289,6 +289,26 @@ def test_progress_after_delay_is_one_plain_line_when_not_a_terminal():
     assert "\x1b[" not in out  # no colour or cursor codes when not a terminal
 
 
+def test_a_long_run_in_a_plain_log_shows_it_is_alive():
+    c = _console()
+    with progress(6, "plan min-cost, 6 designs", delay_s=0.0, console=c, heartbeat_s=0.05) as bar:
+        _shown(bar)
+        bar.advance(1)
+        bar.update(description="plan min-cost: splitwise-aa ok in 41.0 s")
+        for _ in range(200):   # up to 2 s for a heartbeat
+            if "after" in c.file.getvalue():
+                break
+            time.sleep(0.01)
+        bar.advance(5)
+    lines = c.file.getvalue().strip().splitlines()
+    beats = [x for x in lines[:-1] if x.startswith("plan min-cost: splitwise-aa ok in 41.0 s: 1/6 after ")]
+    assert beats and all(x.endswith(" s") for x in beats)
+    assert lines[-1].startswith("plan min-cost, 6 designs: 6/6 done in ")
+    n = len(lines)
+    time.sleep(0.2)                                   # no heartbeat once the run is over
+    assert len(c.file.getvalue().strip().splitlines()) == n
+
+
 @pytest.mark.parametrize("terminal", [False, True])
 def test_an_interrupted_run_says_so_and_how_far_it_got(terminal):
     c = Console(file=io.StringIO(), force_terminal=terminal, width=100)
