@@ -842,10 +842,12 @@ def capacity_cmd(
         if cap is None:
             short = (f"; {MIN_STREAM_REQUESTS} requests in {duration:g} s is the lowest rate tried: a longer "
                      "--duration tries lower ones" if fail <= min_rate * (1 + 1e-9) else "")
-            typer.echo(f"capacity of {head}: none; the SLOs fail even at {fail:.4g} req/s ({how}){short}")
+            typer.echo(f"capacity of {head}: none; the SLOs fail even at {float(fail)!r} req/s ({how}){short}")
         elif fail is None:
-            typer.echo(f"capacity of {head}: at least {cap:.4g} req/s (the largest rate tried; {how})")
+            typer.echo(f"capacity of {head}: at least {float(cap)!r} req/s (the largest rate tried; {how})")
         else:
-            typer.echo(f"capacity of {head}: {cap:.4g} req/s (holds at {cap:.4g}, fails at {fail:.4g}; {how})")
+            # the exact rates tried: ``check --rps`` at them simulates the same streams (the verdict of a
+            # cluster near its limit can flip between rates closer than the 4 digits of the headline): as Python prints them, exactly
+            typer.echo(f"capacity of {head}: {cap:.4g} req/s (holds at {float(cap)!r}, fails at {float(fail)!r}; {how})")
     if cap is None:
         raise typer.Exit(code=1)

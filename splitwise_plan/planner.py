@@ -32,7 +32,7 @@ from .cluster import MAX_POOL, SchedulerConfig, pool_size
 from .designs import DESIGNS, Design, get_design
 from .models import check_fits, get_model
 from .errors import SplitwisePlanError, choices, positive_number, seed_value, whole_number
-from .search import STRATEGIES, Evaluator, Lockstep, Space, search
+from .search import STRATEGIES, Evaluator, Lockstep, Space, passes, search
 from .simulator import METHODS, Simulator
 
 GOALS = ("min-cost", "min-power", "max-throughput")
@@ -412,7 +412,8 @@ def _confirm_run(inputs: Inputs, req: PlanRequest, design: str, pt, rate, seed: 
 
 
 class _Confirmer:
-    """Runs the confirm method over ``seeds`` streams at one rate and keeps the worst result.
+    """Runs the confirm method over ``seeds`` streams at one rate and keeps the worst result; a
+    point holds when every stream passes with the request's margin, as in the search.
 
     With a process ``pool`` (and the ``lockstep`` its search runs in) each simulation runs
     there, while the other designs' searches go on here.
@@ -421,6 +422,7 @@ class _Confirmer:
     def __init__(self, inputs: Inputs, req: PlanRequest, search_method: str, pool=None, lockstep=None) -> None:
         self.inputs, self.req, self.search_method = inputs, req, search_method
         self.pool, self.lockstep = pool, lockstep
+        self.threshold = 1.0 - req.margin
         self._sims: dict = {}
         self._jobs: dict = {}        # (design, point, rate, seed) -> Future of the pool
         self.runs = 0
@@ -469,11 +471,11 @@ class _Confirmer:
             else:
                 results.append(self._sim(rate, s).run(design, *pt))
             runs += 1
-            if not results[-1].slo_met:
+            if not passes(results[-1], self.threshold):
                 break
         self.runs += runs
         worst = max(results, key=lambda r: float(r.tightest.get("ratio", math.inf)) if r.tightest else math.inf)
-        return all(r.slo_met for r in results), worst, runs
+        return all(passes(r, self.threshold) for r in results), worst, runs
 
     def lookahead(self, ev: Evaluator, space: Space, design: str, rate, excluded: list, best, depth: int,
                   batch: int) -> None:

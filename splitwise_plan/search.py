@@ -40,6 +40,17 @@ Point = tuple[int, int]
 
 # --- evaluation -------------------------------------------------------------------
 
+def passes(result, threshold: float = 1.0) -> bool:
+    """Does a simulation result pass: every SLO met and, for a ``threshold`` below 1 (a safety
+    margin of 1 - threshold), its tightest value/limit ratio below the threshold?"""
+    if not result.slo_met:
+        return False
+    if threshold >= 1.0:
+        return True
+    ratio = result.tightest.get("ratio", math.inf) if result.tightest else math.inf
+    return bool(ratio < threshold)
+
+
 def _run_chunk(sim, design, points, method):
     return sim.run_many(design, points, method=method)
 
@@ -73,12 +84,7 @@ class Evaluator:
 
     def ok(self, result) -> bool:
         """Does a simulation result pass (every SLO met, and within the threshold if below 1)?"""
-        if not result.slo_met:
-            return False
-        if self.threshold >= 1.0:
-            return True
-        ratio = result.tightest.get("ratio", math.inf) if result.tightest else math.inf
-        return bool(ratio < self.threshold)
+        return passes(result, self.threshold)
 
     def passed(self, pt: Point) -> bool:
         return self.ok(self.cache[pt])

@@ -107,7 +107,7 @@ def test_capacity_brackets_the_limit(capsys, write, tmp_path):
     cap = json.loads(j.read_text())["capacity"]
     lo, hi = cap["capacity_rps"], cap["fails_at_rps"]
     assert 0 < lo < hi <= lo * 1.01 + 1e-9
-    assert f"{lo:.4g} req/s" in out
+    assert f"{lo:.4g} req/s (holds at {lo!r}, fails at {hi!r};" in out   # the exact rates: check reproduces them
     met = {t["rate_rps"]: t["slo_met"] for t in cap["trials"]}
     assert met[lo] is True and met[hi] is False
     # check agrees: same seed and duration give the same stream
