@@ -82,7 +82,7 @@ class _Instance:
         self.mem = weights
         self.sched_mem = weights
         self.sched_pending = 0
-        self.pending: list[tuple[tuple[int, float, int], _Task]] = []
+        self.pending: list[_Task] = []
         self.pending_prompts: list[_Task] = []
         self.blocked: list[_Task] = []
         self.batch: list[_Task] = []
@@ -98,15 +98,17 @@ class _Instance:
 
     # -- queues ---------------------------------------------------------------
     def _add_pending(self, task: _Task, preempted: bool = False) -> None:
-        self.sim.seq += 1
-        insort(self.pending, ((task.nprem, task.req.arrival, self.sim.seq), task), key=lambda e: e[0])
+        # placed by binary search on each queued task's preemption count as it is now, as the
+        # reference does: counts grow while tasks wait, so the queue is not kept sorted and where
+        # a task lands follows the reference's order (most preempted first, then by arrival)
+        insort(self.pending, task, key=lambda t: (t.nprem, t.req.arrival))
         if preempted:
             self.blocked.append(task)
         if task.is_prompt:
             self.pending_prompts.append(task)
 
     def _remove_pending(self, task: _Task) -> None:
-        for i, (_, t) in enumerate(self.pending):
+        for i, t in enumerate(self.pending):
             if t is task:
                 del self.pending[i]
                 break
@@ -172,7 +174,7 @@ class _Instance:
         in_batch: set[int] = set()
         bt = 0
         memory = self.mem
-        for _, t in self.pending:                      # tasks preempted too often go first
+        for t in self.pending:                         # tasks preempted too often go first
             if t.nprem < cfg.max_preemptions:
                 break
             if len(new) == cap_n or (new and bt + t.tpi > cap_tok):
@@ -303,7 +305,7 @@ class _Instance:
         """The reference's notify_flow_completion: memory was freed, maybe start."""
         if not self.pending:
             return
-        t = self.pending[0][1]
+        t = self.pending[0]
         cfg = self.sim.cfg
         if not self.batch:
             if self.mem + t.mem > self.max_mem:
@@ -322,7 +324,6 @@ class _Sim:
         self.cfg = cluster.scheduler
         self.kv = float(cluster.model.kv_bytes_per_token)
         self.now = 0.0
-        self.seq = 0
         self.heap: list = []
         self.counter = itertools.count()
         self.instances: list[_Instance] = []
@@ -362,9 +363,10 @@ class _Sim:
         if self.cluster.is_baseline:
             inst = min(self.instances, key=_PENDING)
             self._check_overload(inst)
-            inst.sched_pending += req.prompt + 1
+            inst.sched_pending += req.prompt + (req.output > 1)
             self._chain(req, inst, mem_p, mem_t, add_sched_mem=False)
             return
+        alone = req.output <= 1     # its prompt makes its only token: no token machine, no transfer
         p_inst = None
         for group in (self.prompt_pool, self.mixed_pool):
             if group:
@@ -374,7 +376,7 @@ class _Sim:
                     p_inst = cand
                     break
         t_inst = None
-        for group in (self.token_pool, self.mixed_pool):
+        for group in (self.token_pool, self.mixed_pool) if not alone else ():
             if group:
                 cand = min(group, key=_SCHED_MEM)
                 if cand.sched_mem + mem_p + mem_t < cand.max_mem:
@@ -386,11 +388,13 @@ class _Sim:
                 self.token_pool.remove(p_inst)
                 self.mixed_pool.append(p_inst)
                 p_inst.mixed = True
-            if t_inst is None and self.prompt_pool:
+            if t_inst is None and self.prompt_pool and not alone:
                 t_inst = min(self.prompt_pool, key=_SCHED_MEM)
                 self.prompt_pool.remove(t_inst)
                 self.mixed_pool.append(t_inst)
                 t_inst.mixed = True
+        if alone and p_inst is not None:
+            t_inst = p_inst
         if p_inst is None or t_inst is None:
             if cfg.mixed_pool:
                 every = self.prompt_pool + self.mixed_pool + self.token_pool
@@ -400,7 +404,7 @@ class _Sim:
                 t_inst = t_inst or min(self.token_pool, key=_SCHED_MEM)
         self._check_overload(p_inst)
         p_inst.sched_pending += req.prompt
-        t_inst.sched_pending += 1
+        t_inst.sched_pending += not alone
         if p_inst is t_inst:
             self._chain(req, p_inst, mem_p, mem_t, add_sched_mem=True)
             return
@@ -424,7 +428,8 @@ class _Sim:
         req.prompt_task = _Task(req, True, mem_p)
         req.token_task = _Task(req, False, mem_t)
         self.push(self.now, inst.task_arrival, req.prompt_task)
-        self.push(self.now, inst.task_arrival, req.token_task)
+        if req.output > 1:      # else the prompt makes the only token (see task_done)
+            self.push(self.now, inst.task_arrival, req.token_task)
 
     def notify_free(self, inst: _Instance) -> None:
         if inst.mixed:
@@ -438,9 +443,10 @@ class _Sim:
         if task.is_prompt:
             inst.sched_pending -= req.prompt
             self.ttft[req.rid] = self.now - req.arrival
-            if req.output <= 1:
+            if req.output <= 1:   # done: routed to this machine alone, with no token task (see arrive)
                 self.e2e[req.rid] = self.now - req.arrival
                 inst.free(req.memory)
+                req.memory = 0.0
                 return
             if req.dst is not inst:
                 self.push(self.now, self._flow_arrival, req)

@@ -151,7 +151,7 @@ def test_two_prompts_on_a_busy_prompt_machine_share_one_batch():
 
 CALIBRATION = [("baseline-a100", 120, 0), ("baseline-h100", 53, 0), ("baseline-h100", 45, 0),
                ("splitwise-hh", 27, 3), ("splitwise-hh", 25, 3), ("splitwise-hh", 29, 1),
-               ("splitwise-hh", 21, 6)]
+               ("splitwise-hh", 21, 6), ("splitwise-hh", 8, 32), ("splitwise-hh", 23, 2), ("baseline-a100", 50, 0)]
 COLS = [f"{m}_p{p}_s" for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)]
 
 
@@ -169,7 +169,10 @@ def test_oracle_reproduces_reference_simulator(reference, system, n_prompt, n_to
     ours = np.array([r.latency_s[m][p] for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)])
     err = np.abs(ours / row[COLS].to_numpy(float) - 1)
     assert r.slo_met == bool(row.all_slos_met)
-    assert np.median(err) < 0.05 and err.max() < 0.35, err
+    # the same rules on the same trace: the reference's nine percentiles to its CSV's precision
+    # (before its pending queue's order was followed, rows under preemption were off: Splitwise-HH
+    # 8+32 by 15%, 23+2 by 7.6%, Baseline-A100 50 by 3.3%)
+    assert err.max() < 1e-4, err
 
 
 def test_fluid_agrees_with_reference_on_pass_fail(reference):
@@ -480,6 +483,22 @@ def test_a_one_token_output_ends_with_its_prompt(method):
     result, table = Simulator(stream, method=method).run_requests("AA", 3, 2)
     assert np.allclose(table["e2e_s"], table["ttft_s"]) and np.all(table["tbt_s"] == 0.0)
     assert result.completed == 3
+
+
+def test_one_token_outputs_leave_no_memory_or_load_behind():
+    """One request in twenty with a single output token must cost about what it costs with two: the
+    oracle once left such a request's booked memory and load on its token machine for good (and
+    freed its memory twice where both phases shared a machine), so HH 27+3 at 70 req/s looked full
+    and failed its SLOs (TTFT P90 3.5x) where the same stream with two-token outputs passed (0.76x)."""
+    base = load_workload("coding").generate(70.0, duration_s=60.0, seed=0)
+    out = np.asarray(base.output_tokens).copy()
+    out[::20] = 1
+    one = RequestStream(base.arrival_s, base.prompt_tokens, out)
+    two = RequestStream(base.arrival_s, base.prompt_tokens, np.where(out == 1, 2, out))
+    for design, p, t in (("HH", 27, 3), ("H100", 50, 0)):
+        a, b = (Simulator(s, method="events").run(design, p, t) for s in (one, two))
+        assert a.slo_met and b.slo_met and a.completed == len(base)
+        assert a.slowdown["ttft"][90] == pytest.approx(b.slowdown["ttft"][90], rel=0.1)
 
 
 def test_a_design_stopped_before_its_first_sample_reads_busy():
