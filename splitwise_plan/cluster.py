@@ -76,13 +76,31 @@ def pool_size(count, what: str) -> int:
     return whole_number(count, what, 1, MAX_POOL, " machines")
 
 
+def instances_per_machine(machine: Machine, tensor_parallel: int, baseline: bool) -> int:
+    """Model instances one machine of a pool runs, as the reference lays them out: a Splitwise
+    machine is split into as many instances of ``tensor_parallel`` GPUs as it holds (each with its
+    GPUs' HBM and the whole weights); a baseline machine runs one instance on all its GPUs."""
+    return 1 if baseline else max(1, machine.gpus // tensor_parallel)
+
+
 @dataclass(frozen=True)
 class Pool:
-    """The machines of one pool: type, count and the latency model of that hardware."""
+    """The machines of one pool: type, count, the latency model of that hardware and the model
+    instances each machine runs (the simulators' unit: an instance batches and queues on its own)."""
 
     machine: Machine
     count: int
     latency: LatencyModel = field(repr=False)
+    per_machine: int = 1
+
+    @property
+    def instances(self) -> int:
+        return self.count * self.per_machine
+
+    @property
+    def instance_hbm_bytes(self) -> int:
+        """HBM of one instance: its share of the machine's GPUs."""
+        return self.machine.hbm_bytes_per_gpu * (self.machine.gpus // self.per_machine)
 
 
 @dataclass(frozen=True)
@@ -105,6 +123,10 @@ class Cluster:
     @property
     def n_machines(self) -> int:
         return self.prompt.count + (self.token.count if self.token else 0)
+
+    @property
+    def n_instances(self) -> int:
+        return self.prompt.instances + (self.token.instances if self.token else 0)
 
     @property
     def cost(self) -> float:

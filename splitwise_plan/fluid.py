@@ -118,7 +118,7 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
         if c.is_baseline != first.is_baseline or c.model != first.model or c.scheduler != first.scheduler:
             raise ValueError("simulate_fluid batches clusters of one kind (Splitwise or baseline), model and scheduler")
     outs = []
-    size = pass_size(len(clusters), len(stream.arrival_s), machines=max(c.n_machines for c in clusters))
+    size = pass_size(len(clusters), len(stream.arrival_s), machines=max(c.n_instances for c in clusters))
     for lo in range(0, len(clusters), size):   # bounded memory: designs x requests arrays per pass
         run = _Run(clusters[lo:lo + size], stream, overload_s, verdict)
         outs.append(run.baseline() if first.is_baseline else run.splitwise())
@@ -159,8 +159,9 @@ class _Run:
         # KV-cache transfer time; a request of one output token ends with its prompt: no transfer, no decode
         self.xfer = np.where(self.n > 1, kv * self.s / self.cfg.effective_bandwidth, 0.0)
         self.D = len(clusters)
-        self.cp = np.array([c.prompt.count for c in clusters], dtype=np.int64)
-        self.ct = np.array([c.token.count if c.token else 0 for c in clusters], dtype=np.int64)
+        # columns are model instances: a machine's own when it runs several (see cluster.instances_per_machine)
+        self.cp = np.array([c.prompt.instances for c in clusters], dtype=np.int64)
+        self.ct = np.array([c.token.instances if c.token else 0 for c in clusters], dtype=np.int64)
         self.C = int(self.cp.max())
         self.machines = self.cp + self.ct
         weights = float(c0.model.weights_bytes)
@@ -187,9 +188,8 @@ class _Run:
         self.grp = np.asarray(grp, dtype=np.int64)
         self.poff = self.grp * self.T           # each design's row of the prompt-time tables
         self.toff = self.grp * 2 * self.K       # and of the token-time table
-        self.cap_p = np.array([float(c.prompt.machine.hbm_bytes) - weights for c in hw])[self.grp]
-        self.cap_t = np.array([float(c.token.machine.hbm_bytes) - weights if c.token else
-                               float(c.prompt.machine.hbm_bytes) - weights for c in hw])[self.grp]
+        self.cap_p = np.array([float(c.prompt.instance_hbm_bytes) - weights for c in hw])[self.grp]
+        self.cap_t = np.array([float((c.token or c.prompt).instance_hbm_bytes) - weights for c in hw])[self.grp]
         # converts a prompt backlog (seconds) to pending tokens for JSQ routing
         mbt = self.cfg.max_batch_tokens
         self.tokens_per_s = np.array([mbt / float(lp.prompt_time(mbt)) for lp in lat_p])[self.grp]

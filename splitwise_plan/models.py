@@ -38,9 +38,11 @@ def get_model(name: str, models: dict[str, ModelSpec] | None = None) -> ModelSpe
         raise SplitwisePlanError(f"unknown model {name!r}; valid: {choices(pool)}") from None
 
 
-def check_fits(model: ModelSpec, machine) -> None:
-    """A user error unless ``machine``'s HBM holds ``model``'s weights with room left for the KV cache."""
-    if machine.hbm_bytes <= model.weights_bytes:
-        raise SplitwisePlanError(
-            f"the weights of {model.name} ({model.weights_bytes / 1e9:.0f} GB) do not fit in the "
-            f"{machine.hbm_bytes / 2**30:.4g} GiB of HBM of {machine.name}")
+def check_fits(model: ModelSpec, machine, instances: int = 1) -> None:
+    """A user error unless each of the ``instances`` that ``machine`` runs holds ``model``'s weights
+    in its share of the HBM, with room left for the KV cache."""
+    hbm = machine.hbm_bytes_per_gpu * (machine.gpus // instances)
+    if hbm <= model.weights_bytes:
+        where = (f"{hbm / 2**30:.4g} GiB of HBM of {machine.name}" if instances == 1 else
+                 f"{hbm / 2**30:.4g} GiB of HBM of each of the {instances} instances of {machine.name}")
+        raise SplitwisePlanError(f"the weights of {model.name} ({model.weights_bytes / 1e9:.0f} GB) do not fit in the {where}")

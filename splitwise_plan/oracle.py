@@ -77,7 +77,7 @@ class _Instance:
         self.lat = pool.latency
         self.home = home
         self.mixed = False
-        self.max_mem = float(pool.machine.hbm_bytes)
+        self.max_mem = float(pool.instance_hbm_bytes)
         weights = float(sim.cluster.model.weights_bytes)
         self.mem = weights
         self.sched_mem = weights
@@ -328,10 +328,10 @@ class _Sim:
         self.counter = itertools.count()
         self.instances: list[_Instance] = []
         home_p = None if cluster.is_baseline else "prompt"
-        for _ in range(cluster.prompt.count):
+        for _ in range(cluster.prompt.instances):
             self.instances.append(_Instance(self, len(self.instances), cluster.prompt, home_p))
         if cluster.token is not None:
-            for _ in range(cluster.token.count):
+            for _ in range(cluster.token.instances):
                 self.instances.append(_Instance(self, len(self.instances), cluster.token, "token"))
         self.prompt_pool = [i for i in self.instances if i.home == "prompt"]
         self.token_pool = [i for i in self.instances if i.home == "token"]

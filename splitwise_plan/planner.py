@@ -28,7 +28,7 @@ import numpy as np
 
 from .budget import parse_budget
 from .capacity import capacity_model
-from .cluster import MAX_POOL, SchedulerConfig, pool_size
+from .cluster import MAX_POOL, SchedulerConfig, instances_per_machine, pool_size
 from .designs import DESIGNS, Design, get_design
 from .models import check_fits, get_model
 from .errors import SplitwisePlanError, choices, positive_number, seed_value, whole_number
@@ -315,9 +315,11 @@ class Inputs:
 
     def unfit(self, design: str) -> str:
         """Why ``design``'s machines cannot hold the model's weights ('' when they can)."""
+        d = get_design(design)
         try:
-            for m in get_design(design).machines:
-                check_fits(get_model(self.model), self.machines[m])
+            for m in d.machines:
+                machine = self.machines[m]
+                check_fits(get_model(self.model), machine, instances_per_machine(machine, self.tp, d.is_baseline))
         except SplitwisePlanError as exc:
             return str(exc)
         return ""

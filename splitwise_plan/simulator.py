@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .cluster import Cluster, Pool, SchedulerConfig, pool_size
+from .cluster import Cluster, Pool, SchedulerConfig, instances_per_machine, pool_size
 from .designs import Design, get_design
 from .errors import SplitwisePlanError, choices, whole_number
 from .machines import BUILTIN_MACHINES, Machine
@@ -182,13 +182,18 @@ class Simulator:
         return self.machines[name]
 
     def pool_machine(self, design: Design, name: str) -> Machine:
-        """Machine ``name`` of a pool of ``design``; a user error if the model's weights do not fit in it."""
+        """Machine ``name`` of a pool of ``design``; a user error if the model's weights do not fit in
+        each instance it runs."""
         m = self.machine(name)
         try:
-            check_fits(self.model, m)
+            check_fits(self.model, m, self.per_machine(design, m))
         except SplitwisePlanError as exc:
             raise SplitwisePlanError(f"{design.name}: {exc}") from None
         return m
+
+    def per_machine(self, design: Design, machine: Machine) -> int:
+        """Model instances a machine of ``design``'s pools runs at this tensor parallelism."""
+        return instances_per_machine(machine, self.tensor_parallel, design.is_baseline)
 
     def latency(self, machine: Machine):
         if machine.hardware not in self._latency:
@@ -201,12 +206,12 @@ class Simulator:
         d = get_design(design)
         n_prompt = pool_size(n_prompt, f"{d.name}'s {'machine count' if d.is_baseline else 'prompt pool'}")
         pm = self.pool_machine(d, d.prompt_machine)
-        prompt = Pool(pm, n_prompt, self.latency(pm))
+        prompt = Pool(pm, n_prompt, self.latency(pm), self.per_machine(d, pm))
         token = None
         if not d.is_baseline:
             n_token = pool_size(n_token, f"{d.name}'s token pool")
             tm = self.pool_machine(d, d.token_machine)
-            token = Pool(tm, n_token, self.latency(tm))
+            token = Pool(tm, n_token, self.latency(tm), self.per_machine(d, tm))
         return Cluster(d.name, self.model, prompt, token, self.scheduler)
 
     # -- evaluation ---------------------------------------------------------------
@@ -257,7 +262,7 @@ class Simulator:
         if jobs > 1 and len(points) > 1:
             from joblib import Parallel, delayed
             from .fluid import pass_size
-            run = (pass_size(len(points), len(self.stream), jobs, max(c.n_machines for c in clusters)) * jobs
+            run = (pass_size(len(points), len(self.stream), jobs, max(c.n_instances for c in clusters)) * jobs
                    if method == "fluid" else jobs)
             parts = []
             for lo in range(0, len(points), run):
@@ -328,7 +333,7 @@ class Simulator:
             def busy(o, machines) -> float:
                 return float(np.mean(machines) / max(o.horizon_s, 1e-9)) if len(machines) else math.nan
 
-            util = [(busy(o, o.busy_s), busy(o, o.busy_s[:c.prompt.count]), busy(o, o.busy_s[c.prompt.count:]))
+            util = [(busy(o, o.busy_s), busy(o, o.busy_s[:c.prompt.instances]), busy(o, o.busy_s[c.prompt.instances:]))
                     for c, o in zip(clusters, outs)]
             return (np.stack([o.ttft for o in outs]), np.stack([o.e2e for o in outs]), util,
                     [o.oom for o in outs], [o.overloaded for o in outs], None)
@@ -350,7 +355,7 @@ class Simulator:
         """Clusters of one kind (Splitwise or baseline) through the fluid model, a pass at a time."""
         from .fluid import pass_size
         results = []
-        size = pass_size(len(clusters), len(self.stream), machines=max(c.n_machines for c in clusters))
+        size = pass_size(len(clusters), len(self.stream), machines=max(c.n_instances for c in clusters))
         for lo in range(0, len(clusters), size):   # per pass: per-request arrays never pile up
             part = clusters[lo:lo + size]
             ttft, e2e, util, oom, over, failed = self._simulate(part, "fluid")

@@ -501,6 +501,28 @@ def test_one_token_outputs_leave_no_memory_or_load_behind():
         assert a.slowdown["ttft"][90] == pytest.approx(b.slowdown["ttft"][90], rel=0.1)
 
 
+@pytest.mark.parametrize("method", ["events", "fluid"])
+def test_a_splitwise_machine_runs_one_instance_per_tensor_parallel_group(method):
+    """At TP2 the reference splits each 8-GPU Splitwise machine into four instances of two GPUs (each
+    with 160 GiB and the whole weights); a baseline machine stays one instance. So HH 2+2 at TP2 is
+    HH 8+8 of 2-GPU machines at a quarter of the price; it used to be two big instances a pool, which
+    queued every prompt (TTFT P50 10.7 s against 0.22 s)."""
+    from dataclasses import replace
+    from splitwise_plan.machines import BUILTIN_MACHINES
+    stream = load_workload("coding").generate(15.0, duration_s=40.0, seed=1)
+    whole = Simulator(stream, "llama2-70b", tensor_parallel=2, method=method)
+    small = {k: replace(m, gpus=2, cost=m.cost / 4, power=m.power / 4) for k, m in BUILTIN_MACHINES.items()}
+    split = Simulator(stream, "llama2-70b", tensor_parallel=2, machines=small, method=method)
+    a, b = whole.run("HH", 2, 2), split.run("HH", 8, 8)
+    for m in ("ttft", "tbt", "e2e"):
+        assert a.latency_s[m] == pytest.approx(b.latency_s[m], rel=1e-12)
+    assert (a.cost, a.power, a.machines) == (pytest.approx(b.cost), pytest.approx(b.power), 4)
+    assert a.utilization == pytest.approx(b.utilization)
+    assert a.latency_s["ttft"][50] < 1.0 and a.slo_met
+    # a baseline machine is one instance on all its GPUs (the reference's uniform layout)
+    assert whole.cluster("H100", 4).prompt.instances == 4
+
+
 def test_a_design_stopped_before_its_first_sample_reads_busy():
     """HH 3+2 at 2000 req/s is overloaded within a fraction of a second; its prompt machines were
     saturated, not idle (the fluid model once read 0% for it)."""
