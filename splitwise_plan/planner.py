@@ -10,8 +10,9 @@ Goals (the paper's section IV-D):
 Per design: the capacity model and its PuLP ILP prune what cannot work or cannot
 win (:mod:`.capacity`), a search finds the optimum with the fast simulator
 (:mod:`.search`), and the confirm simulator (the discrete-event oracle by default)
-re-checks the answer on the full stream, over ``seeds`` streams, reporting the
-worst; a point that fails confirmation is excluded and the search moves to the next.
+re-checks the answer on the full stream; with ``seeds`` K both run over K streams and a
+point's result is its worst; a point that fails confirmation is excluded and the search
+moves to the next.
 """
 
 from __future__ import annotations
@@ -403,6 +404,33 @@ class _Pool:
         self.executor.shutdown(wait=True)
 
 
+def _seeds(inputs: Inputs, req: PlanRequest) -> list[int]:
+    """The seeds of the streams an answer must hold on (a trace is one stream)."""
+    return [req.seed] if inputs.trace is not None else list(range(req.seed, req.seed + req.seeds))
+
+
+def _worst(results_by_seed: list) -> list:
+    """Per point, its worst result over the streams: a failing one first, then the tightest."""
+    return [max(rs, key=lambda r: (not r.slo_met, _ratio(r))) for rs in zip(*results_by_seed)]
+
+
+class _OverSeeds:
+    """The search's simulator on every seed's stream, a point's result its worst: so the search
+    asks what confirmation will (with ``seeds`` K, the worst of K streams), and its answer is not
+    a point that holds on the first stream only (which confirmation then rejects, and the next,
+    until the design is given up)."""
+
+    def __init__(self, inputs: Inputs, req: PlanRequest, method: str, first: Simulator) -> None:
+        self.sims = [first] + [inputs.simulator(inputs.stream(req.rps, s), method, search=True)
+                               for s in _seeds(inputs, req)[1:]]
+
+    def run_points(self, points) -> list:
+        return _worst([s.run_points(points) for s in self.sims])
+
+    def run_many(self, design: str, points) -> list:
+        return _worst([s.run_many(design, points) for s in self.sims])
+
+
 def _confirm_sim(inputs: Inputs, req: PlanRequest, rate, seed: int) -> Simulator:
     """The confirm method's simulator on one stream at ``rate``."""
     return inputs.simulator(inputs.stream(rate, seed), req.confirm_method)
@@ -421,9 +449,11 @@ class _Confirmer:
     there, while the other designs' searches go on here.
     """
 
-    def __init__(self, inputs: Inputs, req: PlanRequest, search_method: str, pool=None, lockstep=None) -> None:
+    def __init__(self, inputs: Inputs, req: PlanRequest, search_method: str, pool=None, lockstep=None,
+                 search_over_seeds: bool = False) -> None:
         self.inputs, self.req, self.search_method = inputs, req, search_method
         self.pool, self.lockstep = pool, lockstep
+        self.search_over_seeds = search_over_seeds   # a search result is then the worst over all the seeds
         self.threshold = 1.0 - req.margin
         self._sims: dict = {}
         self._jobs: dict = {}        # (design, point, rate, seed) -> Future of the pool
@@ -456,9 +486,10 @@ class _Confirmer:
     def __call__(self, design: str, pt, rate, search_result=None):
         """(all seeds pass?, worst SimulationResult, simulations run)."""
         req = self.req
-        seeds = [req.seed] if self.inputs.trace is not None else list(range(req.seed, req.seed + req.seeds))
+        if search_result is not None and req.confirm_method == self.search_method and self.search_over_seeds:
+            return passes(search_result, self.threshold), search_result, 0   # the search ran these simulations
         results, runs = [], 0
-        for s in seeds:
+        for s in _seeds(self.inputs, req):
             if (s == req.seed and search_result is not None and req.confirm_method == self.search_method):
                 results.append(search_result)   # the search already ran this exact simulation
                 continue
@@ -532,11 +563,18 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
     bound = cm.ilp_bound(req.objective, p_max=p_max, t_max=None if d.is_baseline else t_max)
     batch = req.batch or default_batch(method, d)
     jobs = max(1, req.jobs if req.jobs > 0 else 1)
+    # the search's simulations cover every seed's stream, but with a storage (whose workers
+    # simulate the first stream's trials for any request)
+    over_seeds = req.storage is None
+    streams = len(_seeds(inputs, req)) if over_seeds else 1   # simulations a search point costs
     if lockstep is not None:
         ev = Evaluator(run=lockstep.client(d.name), threshold=1.0 - req.margin)
+    elif over_seeds and len(_seeds(inputs, req)) > 1:
+        seeds = _OverSeeds(inputs, req, method, sim)
+        ev = Evaluator(run=lambda pts: seeds.run_many(d.name, pts), threshold=1.0 - req.margin)
     else:
         ev = Evaluator(sim, d.name, method, jobs=jobs, threshold=1.0 - req.margin)
-    confirm = _Confirmer(inputs, req, method, pool, lockstep)
+    confirm = _Confirmer(inputs, req, method, pool, lockstep, search_over_seeds=over_seeds)
     excluded: list = []
     rejected: list = []   # "p+t (search ratio -> confirm ratio)"
     base = dict(design=d.name, short=d.short, rate=float(rate), bound=bound.value, grid_size=space.size,
@@ -561,7 +599,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
             if excluded:
                 note += f" (confirmation rejected {', '.join(f'{p}+{t}' for p, t in excluded)})"
             status = "unconfirmed" if excluded else "infeasible"
-            return DesignPlan(status=status, evaluations=ev.evaluations, confirmations=confirm.runs,
+            return DesignPlan(status=status, evaluations=ev.evaluations * streams, confirmations=confirm.runs,
                               seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate), **base)
         if req.strategy == "frontier" and (os.cpu_count() or 1) > 2:
             # with a core to spare: should this one fail, the search's next answer is already
@@ -604,13 +642,13 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                         f"the confirm simulator holds with {p2}+{t2} (search: {p}+{t})")
                     p, t = p2, t2
             return DesignPlan(status="ok", prompt=p, token=t, cost=worst.cost, power=worst.power, result=worst,
-                              evaluations=ev.evaluations, confirmations=confirm.runs,
+                              evaluations=ev.evaluations * streams, confirmations=confirm.runs,
                               seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate), **base)
         excluded.append(sr.best)
         rejected.append(f"{sr.best[0]}+{sr.best[1]} ({_ratio(ev.cache.get(sr.best)):.2f} -> {_ratio(worst):.2f})")
         if len(excluded) >= req.max_confirm:
             return DesignPlan(status="unconfirmed", prompt=sr.best[0], token=sr.best[1], cost=worst.cost,
-                              power=worst.power, result=worst, evaluations=ev.evaluations,
+                              power=worst.power, result=worst, evaluations=ev.evaluations * streams,
                               confirmations=confirm.runs, seconds=time.perf_counter() - t0,
                               note=f"all {len(excluded)} candidates failed confirmation: {', '.join(rejected)}",
                               evaluated=_evaluated(ev, rate), **base)
@@ -877,7 +915,7 @@ def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=Non
     import threading
 
     sim = inputs.simulator(inputs.stream(req.rps, req.seed), method, search=True)
-    lockstep = Lockstep(sim.run_points)
+    lockstep = Lockstep(_OverSeeds(inputs, req, method, sim).run_points)
     done: queue.Queue = queue.Queue()
 
     def work(name):
