@@ -146,8 +146,9 @@ def frontier_agreement() -> None:
 
 
 # beyond the reference's trace and the frontier points above: other workloads, models and rates
-SCENARIOS = (("bloom-176b", "conversation", 70.0), ("bloom-176b", "coding", 100.0),
-             ("llama2-70b", "coding", 120.0), ("llama2-70b", "conversation", 150.0))
+SCENARIOS = (("bloom-176b", "conversation", 70.0, 8), ("bloom-176b", "coding", 100.0, 8),
+             ("llama2-70b", "coding", 120.0, 8), ("llama2-70b", "conversation", 150.0, 8),
+             ("llama2-70b", "coding", 70.0, 2), ("llama2-70b", "conversation", 70.0, 4))
 
 
 def scenario_agreement() -> None:
@@ -155,17 +156,17 @@ def scenario_agreement() -> None:
     token -1..+2) in other scenarios, on a stream of another seed than the plan's (about 7 minutes)."""
     from splitwise_plan import plan
     agree_all = total_all = 0
-    for model, workload, rate in SCENARIOS:
+    for model, workload, rate, tp in SCENARIOS:
         t0 = time.perf_counter()
-        res = plan(goal="min-cost", rps=rate, model=model, workload=workload, designs="HH,HA,AA,HHcap", seed=0)
+        res = plan(goal="min-cost", rps=rate, model=model, workload=workload, designs="HH,HA,AA,HHcap", seed=0, tp=tp)
         points = [(d.short, d.prompt + dp, d.token + dt) for d in res.designs if d.status == "ok"
                   for dp in (-2, 0, 2) for dt in (-1, 0, 1, 2) if d.prompt + dp >= 1 and d.token + dt >= 1]
         stream = load_workload(workload).generate(rate, duration_s=120.0, seed=1)
-        fluid = Simulator(stream, model).run_points(points)
-        events = Simulator(stream, model, method="events").run_points(points)
+        fluid = Simulator(stream, model, tensor_parallel=tp).run_points(points)
+        events = Simulator(stream, model, tensor_parallel=tp, method="events").run_points(points)
         agree, errs, _, missed = _agreement(points, fluid, events)
         agree_all, total_all = agree_all + agree, total_all + len(points)
-        print(f"[scenario] {model}, {workload} at {rate:g} req/s, seed 1, around the plan's answers "
+        print(f"[scenario] {model} TP{tp}, {workload} at {rate:g} req/s, seed 1, around the plan's answers "
               f"({', '.join(f'{d.short} {d.prompt}+{d.token}' for d in res.designs if d.status == 'ok')}): pass/fail "
               f"agreement {agree}/{len(points)}, median relative error {np.median(errs):.1%}; missed (fluid vs "
               f"oracle): {'; '.join(missed) or 'none'} ({time.perf_counter() - t0:.0f} s)")

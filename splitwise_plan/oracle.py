@@ -337,6 +337,9 @@ class _Sim:
         self.token_pool = [i for i in self.instances if i.home == "token"]
         self.mixed_pool: list[_Instance] = []
         self.oom = False
+        self.retries = 0            # transfers waiting for memory: their retries in the event heap
+        self.progress_at = 0.0      # when the last event other than such a retry happened
+        self.deadlocked = False     # only retries were left, none of which can succeed: the run ends
         # the most KV-cache bytes any machine holds: a request needing more never runs (flagged as oom)
         self.largest_kv = max(i.max_mem for i in self.instances) - float(cluster.model.weights_bytes)
         self._iter_times: dict = {}
@@ -464,7 +467,17 @@ class _Sim:
             self.push(self.now + size / self.cfg.effective_bandwidth, self._flow_done, req)
         else:
             self.oom = True
-            self.push(self.now + self.cfg.flow_retry_s, self._flow_arrival, req)
+            self.retries += 1
+            self.push(self.now + self.cfg.flow_retry_s, self._flow_retry, req)
+            if len(self.heap) == self.retries and self.now - self.progress_at > self.cfg.flow_retry_s:
+                # every pending event is a transfer retrying for memory, each failed since anything
+                # else happened: nothing will free memory again (the reservations of transfers fill
+                # the token machines their decodes need), so the waiting requests never finish
+                self.deadlocked = True
+
+    def _flow_retry(self, req: _Req) -> None:
+        self.retries -= 1
+        self._flow_arrival(req)
 
     def _flow_done(self, req: _Req) -> None:
         src = req.src
@@ -484,11 +497,14 @@ class _Sim:
             self.push(req.arrival, self.arrive, req)
         limit = np.inf if until is None else until
         events = 0
-        while self.heap and not self.overloaded:
+        retry = self._flow_retry
+        while self.heap and not self.overloaded and not self.deadlocked:
             t, _, fn, args = heapq.heappop(self.heap)
             if t > limit:
                 break
             self.now = t
+            if fn != retry:
+                self.progress_at = t
             fn(*args)
             events += 1
             if on_arrivals is not None and not events % _PROGRESS_EVERY:

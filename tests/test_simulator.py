@@ -523,6 +523,23 @@ def test_a_splitwise_machine_runs_one_instance_per_tensor_parallel_group(method)
     assert whole.cluster("H100", 4).prompt.instances == 4
 
 
+def test_transfers_that_can_never_get_memory_end_the_run_instead_of_hanging_it():
+    """Llama2-70B at TP2 leaves a token instance 37 GB for KV: in HH 7+5 at 70 req/s (seed 1) the
+    memory that waiting transfers reserve is all the decodes need, and every pending event becomes a
+    transfer retrying each second. The oracle looped forever on it; it must end, with the waiting
+    requests unfinished and the overflow flagged."""
+    import threading
+    stream = load_workload("coding").generate(70, duration_s=120.0, seed=1)
+    sim = Simulator(stream, "llama2-70b", tensor_parallel=2, method="events")
+    out = []
+    th = threading.Thread(target=lambda: out.append(sim.run("HH", 7, 5)), daemon=True)
+    th.start()
+    th.join(timeout=120)
+    assert not th.is_alive(), "the discrete-event simulation never ended"
+    r = out[0]
+    assert 0 < r.requests - r.completed < 100 and r.oom and not r.slo_met
+
+
 def test_a_design_stopped_before_its_first_sample_reads_busy():
     """HH 3+2 at 2000 req/s is overloaded within a fraction of a second; its prompt machines were
     saturated, not idle (the fluid model once read 0% for it)."""
