@@ -134,7 +134,7 @@ def root(
     designs: str = typer.Option("AA,HH,HA,HHcap,A100,H100", "--designs", help="Comma list of designs."),
     duration: float = typer.Option(120.0, "--duration", help="Seconds of generated requests."),
     seed: int = typer.Option(0, "--seed", help="Seed of the request stream."),
-    seeds: int = typer.Option(1, "--seeds", help="Plan over this many streams (seed..seed+K-1): search and confirm on the worst of them."),
+    seeds: int = typer.Option(1, "--seeds", help="Plan over this many streams (seed..seed+K-1): search and confirm on their worst."),
     jobs: int = typer.Option(0, "--jobs", help="Parallel workers (0: all cores)."),
     tp: int = typer.Option(8, "--tp", help="Tensor parallelism of the model on a machine."),
     strategy: str = typer.Option("frontier", "--strategy", help="Search: frontier, optuna or exhaustive."),

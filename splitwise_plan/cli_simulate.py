@@ -846,8 +846,8 @@ def capacity_cmd(
         elif fail is None:
             typer.echo(f"capacity of {head}: at least {float(cap)!r} req/s (the largest rate tried; {how})")
         else:
-            # the exact rates tried: ``check --rps`` at them simulates the same streams (the verdict of a
-            # cluster near its limit can flip between rates closer than the 4 digits of the headline): as Python prints them, exactly
+            # the rates tried, exactly: ``check --rps`` at them simulates the same streams (the verdict
+            # of a cluster near its limit can flip between rates closer than the headline's 4 digits)
             typer.echo(f"capacity of {head}: {cap:.4g} req/s (holds at {float(cap)!r}, fails at {float(fail)!r}; {how})")
     if cap is None:
         raise typer.Exit(code=1)

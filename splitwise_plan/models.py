@@ -45,4 +45,5 @@ def check_fits(model: ModelSpec, machine, instances: int = 1) -> None:
     if hbm <= model.weights_bytes:
         where = (f"{hbm / 2**30:.4g} GiB of HBM of {machine.name}" if instances == 1 else
                  f"{hbm / 2**30:.4g} GiB of HBM of each of the {instances} instances of {machine.name}")
-        raise SplitwisePlanError(f"the weights of {model.name} ({model.weights_bytes / 1e9:.0f} GB) do not fit in the {where}")
+        raise SplitwisePlanError(
+            f"the weights of {model.name} ({model.weights_bytes / 1e9:.0f} GB) do not fit in the {where}")
