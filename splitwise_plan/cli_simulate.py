@@ -443,7 +443,7 @@ def simulate_cmd(
     c.print(f"{result.requests:,} requests, {result.completed:,} completed"
             + (f"; [yellow]overloaded: a prompt waited over {sim.overload_s:.0f} s, the run stopped there[/]"
                if result.overloaded else "")
-            + ("; [yellow]memory overflow: a request waited for KV-cache memory (one larger than a machine's never runs)[/]" if result.oom else ""))
+            + ("; [yellow]memory overflow: a request never got its KV-cache memory (larger than any machine's, or held by waiting transfers)[/]" if result.oom else ""))
     pools = (f" (prompt pool {result.prompt_utilization:.0%}, token pool {result.token_utilization:.0%})"
              if result.token_machines else "")
     c.print(f"cost {result.cost:.4g}, power {result.power:.4g}, utilization {result.utilization:.0%}{pools}; "

@@ -678,15 +678,14 @@ class _Run:
                         fj, ff, _ = pick(stuck, absent, jsq)
                         pj[stuck] = fj
                         tj[stuck] = fj
-                        oom[act[stuck]] |= ~fits(ff, m)
                         pkey.ravel()[ff] += 1.0   # their decode is booked there (see book)
                         new_p = new_t = True
                     if new_p:
                         fp = pq.flat(pj)
                     if new_t:
                         ft = pq.flat(tj)
-            else:   # strict pools: wait for memory on the token pool
-                oom[act] |= ~ok_t
+            # (where no machine has room the reference's transfer waits for memory, and this model books
+            # the decode anyway: not an overflow, which is a request that never gets memory; see _outcome)
             apart = pj != tj                        # the KV cache moves from the prompt to the token machine
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
             d_p = ndec_f[fp]

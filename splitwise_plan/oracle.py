@@ -36,7 +36,8 @@ class RequestTimes:
     e2e: np.ndarray       # NaN where the request never finished
     busy_s: np.ndarray    # busy seconds of each machine (prompt pool first)
     horizon_s: float      # when the last event happened
-    oom: bool = False     # a transfer ever waited for memory on a token machine, or a request needs more than any holds
+    oom: bool = False     # a request never got the KV-cache memory it needs: more than any machine holds, or
+                          # memory that waiting transfers hold (a deadlock)
     overloaded: bool = False   # stopped: a prompt waited longer than ``overload_s``; later requests unfinished (NaN)
 
 
@@ -465,15 +466,14 @@ class _Sim:
             dst.mem += req.memory
             size = self.kv * req.prompt
             self.push(self.now + size / self.cfg.effective_bandwidth, self._flow_done, req)
-        else:
-            self.oom = True
+        else:   # it waits, as in the reference (not an overflow: see deadlocked)
             self.retries += 1
             self.push(self.now + self.cfg.flow_retry_s, self._flow_retry, req)
             if len(self.heap) == self.retries and self.now - self.progress_at > self.cfg.flow_retry_s:
                 # every pending event is a transfer retrying for memory, each failed since anything
                 # else happened: nothing will free memory again (the reservations of transfers fill
                 # the token machines their decodes need), so the waiting requests never finish
-                self.deadlocked = True
+                self.deadlocked = self.oom = True
 
     def _flow_retry(self, req: _Req) -> None:
         self.retries -= 1

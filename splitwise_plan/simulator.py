@@ -58,7 +58,7 @@ class SimulationResult:
     utilization: float = 0.0                 # mean busy fraction of the machines
     prompt_utilization: float = math.nan     # of the prompt pool's machines (a baseline's: all of them)
     token_utilization: float = math.nan      # of the token pool's (NaN for a baseline)
-    oom: bool = False                        # a KV transfer had to wait for token-machine memory
+    oom: bool = False                        # a request never got the KV-cache memory it needs (it is unfinished)
     overloaded: bool = False                 # queues grew without bound: the simulation stopped early
     method: str = "fluid"
     stopped_early: bool = False              # stopped once an SLO could no longer hold (``Simulator(stop_early=True)``)

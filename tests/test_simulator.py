@@ -169,6 +169,7 @@ def test_oracle_reproduces_reference_simulator(reference, system, n_prompt, n_to
     ours = np.array([r.latency_s[m][p] for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)])
     err = np.abs(ours / row[COLS].to_numpy(float) - 1)
     assert r.slo_met == bool(row.all_slos_met)
+    assert r.oom == bool(row.oom)   # transfers that wait for memory and then get it are no overflow
     # the same rules on the same trace: the reference's nine percentiles to its CSV's precision
     # (before its pending queue's order was followed, rows under preemption were off: Splitwise-HH
     # 8+32 by 15%, 23+2 by 7.6%, Baseline-A100 50 by 3.3%)
@@ -182,6 +183,7 @@ def test_fluid_agrees_with_reference_on_pass_fail(reference):
     for system, g in table.groupby("system"):
         res = sim.run_many(system, list(zip(g.n_prompt, g.n_token)))
         agree += sum(r.slo_met == bool(ok) for r, ok in zip(res, g.all_slos_met))
+        assert [r.oom for r in res] == [bool(x) for x in g.oom]   # the fluid model's over-booking is no overflow
     assert agree / len(table) >= 0.95
 
 
