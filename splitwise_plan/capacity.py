@@ -289,9 +289,9 @@ def _shortest_iteration_s(lm: LatencyModel, sched: SchedulerConfig) -> float:
 
 
 def phase_work(lm: LatencyModel, machine: Machine, model: ModelSpec, stream: RequestStream,
-               sched: SchedulerConfig, duration_s: float, instances: int = 1) -> PhaseWork:
+               sched: SchedulerConfig, duration_s: float, instances: int = 1, gpus: int = 0) -> PhaseWork:
     """Best-case prompt and decode work of ``stream`` on machines of one type, each running
-    ``instances`` model instances side by side."""
+    ``instances`` model instances of ``gpus`` GPUs (0: all) side by side."""
     B = sched.max_batch_tokens
     P = stream.prompt_tokens.astype(np.float64)
     D = (stream.output_tokens - 1).astype(np.float64)
@@ -301,7 +301,8 @@ def phase_work(lm: LatencyModel, machine: Machine, model: ModelSpec, stream: Req
     per_decode = min(_cheapest_decode_token_s(lm, sched.max_batch_size), MIXED_BATCH_FACTOR * per_prompt_tok)
     return PhaseWork(prompt=float(prompt_s.sum()) / duration_s / instances,
                      decode=float(D.sum()) * per_decode / duration_s / instances,
-                     mem_free=float(machine.hbm_bytes - instances * model.weights_bytes))
+                     mem_free=float(instances * (machine.hbm_bytes_per_gpu * (gpus or machine.gpus)
+                                                  - model.weights_bytes)))
 
 
 def capacity_model(sim, design: str | Design, *, max_load: float | None = None) -> CapacityModel:
@@ -314,12 +315,12 @@ def capacity_model(sim, design: str | Design, *, max_load: float | None = None) 
     pm = sim.pool_machine(d, d.prompt_machine)
     tm = None if d.is_baseline else sim.pool_machine(d, d.token_machine)
     lp = sim.latency(pm)
-    prompt_side = phase_work(lp, pm, model, stream, sched, duration, sim.per_machine(d, pm))
+    prompt_side = phase_work(lp, pm, model, stream, sched, duration, *sim.layout(d, pm))
     it_min = _shortest_iteration_s(lp, sched)
     token_side = None
     if tm is not None:
         lt = sim.latency(tm)
-        token_side = phase_work(lt, tm, model, stream, sched, duration, sim.per_machine(d, tm))
+        token_side = phase_work(lt, tm, model, stream, sched, duration, *sim.layout(d, tm))
         it_min = min(it_min, _shortest_iteration_s(lt, sched))
     P = stream.prompt_tokens.astype(np.float64)
     D = (stream.output_tokens - 1).astype(np.float64)

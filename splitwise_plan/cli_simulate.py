@@ -677,8 +677,10 @@ def check_cmd(
         result, _ = sim.run_requests(spec.design, spec.prompt_machines, spec.token_machines,
                                      on_arrivals=on_arrivals)
     base_rate = rps if rps is not None else inp.rate / factor
+    lost = result.requests - result.completed   # requests that never finished fail the gate, whatever the percentiles
+    passed = result.slo_met and not lost
     check = {"cluster": spec.to_dict(), "rps": base_rate, "headroom": headroom, "checked_rps": inp.rate,
-             "passed": result.slo_met, "method": inp.method}
+             "passed": passed, "method": inp.method}
     if csv_out is not None:
         write_csv(csv_out, [{**result.flat(), "checked_rps": inp.rate, "headroom": headroom}])
     if json_out is not None:
@@ -695,16 +697,25 @@ def check_cmd(
                  f"load:  {rate_txt}; {src}; {len(inp.stream):,} requests; {inp.scheduler.describe()}; "
                  f"method {inp.method}"]
         n = len(inp.slos)
-        if result.slo_met:
+        if passed:
             t = result.tightest
             lines.append(f"PASS: all {n} SLOs hold (tightest: {t['metric'].upper()} P{t['percentile']:g} "
                          f"{t['value']:.4g} < {t['limit']:g}, margin {t['margin']:.4g})")
+        elif result.slo_met:
+            why = "never got their KV-cache memory" if result.oom else "never finished"
+            lines.append(f"FAIL: all {n} SLOs hold, but {lost:,} of {result.requests:,} requests {why}")
         else:
             lines.append(f"FAIL: {len(result.violations)} of {n} SLOs violated:")
             lines.extend(violation_lines(result))
         typer.echo("\n".join(lines))
-    if not result.slo_met:
+    if not passed:
         raise typer.Exit(code=1)
+
+
+def _down4(rate: float) -> float:
+    """``rate`` rounded down to 4 significant digits: a headline never above the rate that held."""
+    q = 10.0 ** (math.floor(math.log10(rate)) - 3)
+    return math.floor(rate / q + 1e-9) * q if rate > 0 else rate
 
 
 def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: float, max_rate: float,
@@ -848,6 +859,6 @@ def capacity_cmd(
         else:
             # the rates tried, exactly: ``check --rps`` at them simulates the same streams (the verdict
             # of a cluster near its limit can flip between rates closer than the headline's 4 digits)
-            typer.echo(f"capacity of {head}: {cap:.4g} req/s (holds at {float(cap)!r}, fails at {float(fail)!r}; {how})")
+            typer.echo(f"capacity of {head}: {_down4(cap):g} req/s (holds at {float(cap)!r}, fails at {float(fail)!r}; {how})")
     if cap is None:
         raise typer.Exit(code=1)

@@ -76,11 +76,17 @@ def pool_size(count, what: str) -> int:
     return whole_number(count, what, 1, MAX_POOL, " machines")
 
 
-def instances_per_machine(machine: Machine, tensor_parallel: int, baseline: bool) -> int:
-    """Model instances one machine of a pool runs, as the reference lays them out: a Splitwise
-    machine is split into as many instances of ``tensor_parallel`` GPUs as it holds (each with its
-    GPUs' HBM and the whole weights); a baseline machine runs one instance on all its GPUs."""
-    return 1 if baseline else max(1, machine.gpus // tensor_parallel)
+def instance_layout(machine: Machine, tensor_parallel: int, baseline: bool) -> tuple[int, int]:
+    """(model instances one machine of a pool runs, GPUs each), as the reference lays them out: a
+    Splitwise machine is split into as many instances of ``tensor_parallel`` GPUs as it holds
+    (each with those GPUs' HBM and the whole weights; GPUs left over stay idle); a baseline
+    machine runs one instance on all its GPUs. A machine with fewer GPUs than that is a user error."""
+    if machine.gpus < tensor_parallel:
+        raise SplitwisePlanError(f"{machine.name} has {machine.gpus} GPU{'s' if machine.gpus > 1 else ''}, fewer than "
+                                 f"the tensor parallelism {tensor_parallel}: no instance of the model fits on it")
+    if baseline:
+        return 1, machine.gpus
+    return machine.gpus // tensor_parallel, tensor_parallel
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,8 @@ class Pool:
     machine: Machine
     count: int
     latency: LatencyModel = field(repr=False)
-    per_machine: int = 1
+    per_machine: int = 1                # model instances a machine runs (see instance_layout)
+    instance_gpus: int = 0              # GPUs of each (0: all the machine's)
 
     @property
     def instances(self) -> int:
@@ -99,8 +106,8 @@ class Pool:
 
     @property
     def instance_hbm_bytes(self) -> int:
-        """HBM of one instance: its share of the machine's GPUs."""
-        return self.machine.hbm_bytes_per_gpu * (self.machine.gpus // self.per_machine)
+        """HBM of one instance: its GPUs'."""
+        return self.machine.hbm_bytes_per_gpu * (self.instance_gpus or self.machine.gpus)
 
 
 @dataclass(frozen=True)

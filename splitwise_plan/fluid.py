@@ -159,7 +159,7 @@ class _Run:
         # KV-cache transfer time; a request of one output token ends with its prompt: no transfer, no decode
         self.xfer = np.where(self.n > 1, kv * self.s / self.cfg.effective_bandwidth, 0.0)
         self.D = len(clusters)
-        # columns are model instances: a machine's own when it runs several (see cluster.instances_per_machine)
+        # columns are model instances: a machine's own when it runs several (see cluster.instance_layout)
         self.cp = np.array([c.prompt.instances for c in clusters], dtype=np.int64)
         self.ct = np.array([c.token.instances if c.token else 0 for c in clusters], dtype=np.int64)
         self.C = int(self.cp.max())

@@ -38,12 +38,12 @@ def get_model(name: str, models: dict[str, ModelSpec] | None = None) -> ModelSpe
         raise SplitwisePlanError(f"unknown model {name!r}; valid: {choices(pool)}") from None
 
 
-def check_fits(model: ModelSpec, machine, instances: int = 1) -> None:
-    """A user error unless each of the ``instances`` that ``machine`` runs holds ``model``'s weights
-    in its share of the HBM, with room left for the KV cache."""
-    hbm = machine.hbm_bytes_per_gpu * (machine.gpus // instances)
+def check_fits(model: ModelSpec, machine, gpus: int = 0) -> None:
+    """A user error unless an instance of ``model`` on ``gpus`` GPUs of ``machine`` (0: all of them)
+    holds its weights in their HBM, with room left for the KV cache."""
+    hbm = machine.hbm_bytes_per_gpu * (gpus or machine.gpus)
     if hbm <= model.weights_bytes:
-        where = (f"{hbm / 2**30:.4g} GiB of HBM of {machine.name}" if instances == 1 else
-                 f"{hbm / 2**30:.4g} GiB of HBM of each of the {instances} instances of {machine.name}")
+        where = (f"{hbm / 2**30:.4g} GiB of HBM of {machine.name}" if not gpus or gpus == machine.gpus else
+                 f"{hbm / 2**30:.4g} GiB of HBM of an instance on {gpus} of the {machine.gpus} GPUs of {machine.name}")
         raise SplitwisePlanError(
             f"the weights of {model.name} ({model.weights_bytes / 1e9:.0f} GB) do not fit in the {where}")

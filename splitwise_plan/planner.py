@@ -29,7 +29,7 @@ import numpy as np
 
 from .budget import parse_budget
 from .capacity import capacity_model
-from .cluster import MAX_POOL, SchedulerConfig, instances_per_machine, pool_size
+from .cluster import MAX_POOL, SchedulerConfig, instance_layout, pool_size
 from .designs import DESIGNS, Design, get_design
 from .models import check_fits, get_model
 from .errors import SplitwisePlanError, choices, positive_number, seed_value, whole_number
@@ -320,7 +320,7 @@ class Inputs:
         try:
             for m in d.machines:
                 machine = self.machines[m]
-                check_fits(get_model(self.model), machine, instances_per_machine(machine, self.tp, d.is_baseline))
+                check_fits(get_model(self.model), machine, instance_layout(machine, self.tp, d.is_baseline)[1])
         except SplitwisePlanError as exc:
             return str(exc)
         return ""

@@ -41,9 +41,10 @@ Point = tuple[int, int]
 # --- evaluation -------------------------------------------------------------------
 
 def passes(result, threshold: float = 1.0) -> bool:
-    """Does a simulation result pass: every SLO met and, for a ``threshold`` below 1 (a safety
-    margin of 1 - threshold), its tightest value/limit ratio below the threshold?"""
-    if not result.slo_met:
+    """Does a simulation result pass: every SLO met, every request finished (the percentiles let
+    1% of them go: a request that never gets memory must not) and, for a ``threshold`` below 1 (a
+    safety margin of 1 - threshold), its tightest value/limit ratio below the threshold?"""
+    if not result.slo_met or getattr(result, "completed", 0) < getattr(result, "requests", 0):
         return False
     if threshold >= 1.0:
         return True

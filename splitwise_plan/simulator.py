@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .cluster import Cluster, Pool, SchedulerConfig, instances_per_machine, pool_size
+from .cluster import Cluster, Pool, SchedulerConfig, instance_layout, pool_size
 from .designs import Design, get_design
 from .errors import SplitwisePlanError, choices, whole_number
 from .machines import BUILTIN_MACHINES, Machine
@@ -186,14 +186,14 @@ class Simulator:
         each instance it runs."""
         m = self.machine(name)
         try:
-            check_fits(self.model, m, self.per_machine(design, m))
+            check_fits(self.model, m, self.layout(design, m)[1])
         except SplitwisePlanError as exc:
             raise SplitwisePlanError(f"{design.name}: {exc}") from None
         return m
 
-    def per_machine(self, design: Design, machine: Machine) -> int:
-        """Model instances a machine of ``design``'s pools runs at this tensor parallelism."""
-        return instances_per_machine(machine, self.tensor_parallel, design.is_baseline)
+    def layout(self, design: Design, machine: Machine) -> tuple[int, int]:
+        """(model instances a machine of ``design``'s pools runs at this tensor parallelism, GPUs each)."""
+        return instance_layout(machine, self.tensor_parallel, design.is_baseline)
 
     def latency(self, machine: Machine):
         if machine.hardware not in self._latency:
@@ -206,12 +206,12 @@ class Simulator:
         d = get_design(design)
         n_prompt = pool_size(n_prompt, f"{d.name}'s {'machine count' if d.is_baseline else 'prompt pool'}")
         pm = self.pool_machine(d, d.prompt_machine)
-        prompt = Pool(pm, n_prompt, self.latency(pm), self.per_machine(d, pm))
+        prompt = Pool(pm, n_prompt, self.latency(pm), *self.layout(d, pm))
         token = None
         if not d.is_baseline:
             n_token = pool_size(n_token, f"{d.name}'s token pool")
             tm = self.pool_machine(d, d.token_machine)
-            token = Pool(tm, n_token, self.latency(tm), self.per_machine(d, tm))
+            token = Pool(tm, n_token, self.latency(tm), *self.layout(d, tm))
         return Cluster(d.name, self.model, prompt, token, self.scheduler)
 
     # -- evaluation ---------------------------------------------------------------

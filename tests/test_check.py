@@ -107,12 +107,24 @@ def test_capacity_brackets_the_limit(capsys, write, tmp_path):
     cap = json.loads(j.read_text())["capacity"]
     lo, hi = cap["capacity_rps"], cap["fails_at_rps"]
     assert 0 < lo < hi <= lo * 1.01 + 1e-9
-    assert f"{lo:.4g} req/s (holds at {lo!r}, fails at {hi!r};" in out   # the exact rates: check reproduces them
+    assert f" req/s (holds at {lo!r}, fails at {hi!r};" in out   # the exact rates: check reproduces them
+    head = float(out.split(": ")[-1].split(" req/s")[0])
+    assert lo * 0.999 <= head <= lo                  # the headline, rounded down to 4 digits: never above the rate that held
     met = {t["rate_rps"]: t["slo_met"] for t in cap["trials"]}
     assert met[lo] is True and met[hi] is False
     # check agrees: same seed and duration give the same stream
     assert run(capsys, "check", f, "--rps", lo, *FAST)[0] == 0
     assert run(capsys, "check", f, "--rps", hi, *FAST)[0] == 1
+
+
+def test_check_fails_a_cluster_that_leaves_requests_unfinished(capsys, write):
+    """Six 24 GiB GPUs hold Llama2-70B's weights with 18 GiB to spare: the longest prompts never get
+    their KV cache, though too few for the P99s to see it. A gate must not pass requests that never end."""
+    machines = write("m.toml", "[machines.dgx-h100]\ngpus = 6\nhbm_gib_per_gpu = 24\n")
+    f = write("b.toml", 'design = "H100"\nmachines = 60\nmodel = "llama2-70b"\ntensor_parallel = 4\n')
+    code, out, err = run(capsys, "check", f, "--rps", 40, "--duration", 60, "--machines-file", machines)
+    assert code == 1, out + err
+    assert "FAIL: all 9 SLOs hold, but " in out and "requests never got their KV-cache memory" in out
 
 
 def test_capacity_from_a_rate_far_past_the_cluster_finds_the_same_limit_quickly(capsys, write, tmp_path):

@@ -525,6 +525,28 @@ def test_a_splitwise_machine_runs_one_instance_per_tensor_parallel_group(method)
     assert whole.cluster("H100", 4).prompt.instances == 4
 
 
+def test_a_machine_holds_only_whole_tensor_parallel_instances(write):
+    """Six GPUs at TP4 run one instance of four (its HBM is theirs; two GPUs idle); fewer GPUs than the
+    TP run none: an error for a design point, an infeasible design in a plan (they used to be
+    simulated as one instance with all the machine's GPUs at the TP's latency)."""
+    from splitwise_plan import plan
+    from splitwise_plan.errors import SplitwisePlanError
+    from dataclasses import replace
+    from splitwise_plan.machines import BUILTIN_MACHINES
+    stream = load_workload("coding").generate(5.0, duration_s=10.0, seed=0)
+    six = {k: replace(m, gpus=6) for k, m in BUILTIN_MACHINES.items()}
+    c = Simulator(stream, "llama2-70b", tensor_parallel=4, machines=six).cluster("HH", 3, 2)
+    assert (c.prompt.instances, c.prompt.instance_hbm_bytes) == (3, 4 * 80 * 2**30)
+    two = {k: replace(m, gpus=2) for k, m in BUILTIN_MACHINES.items()}
+    with pytest.raises(SplitwisePlanError, match="dgx-h100 has 2 GPUs, fewer than the tensor parallelism 4"):
+        Simulator(stream, "llama2-70b", tensor_parallel=4, machines=two).cluster("H100", 3)
+    f = write("m.toml", "[machines.dgx-h100]\ngpus = 2\n")
+    res = plan(goal="min-cost", rps=5, model="llama2-70b", tp=4, designs="HH,AA", duration=10,
+               machines_file=str(f), jobs=1)
+    assert res.get("HH").status == "infeasible" and "fewer than the tensor parallelism" in res.get("HH").note
+    assert res.get("AA").status == "ok"
+
+
 def test_transfers_that_can_never_get_memory_end_the_run_instead_of_hanging_it():
     """Llama2-70B at TP2 leaves a token instance 37 GB for KV: in HH 7+5 at 70 req/s (seed 1) the
     memory that waiting transfers reserve is all the decodes need, and every pending event becomes a
