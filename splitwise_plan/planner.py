@@ -595,7 +595,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
         sr = search(ev, space, req.strategy, exclude=excluded, **opts)
         if sr.best is None:
             note = (f"no design within {p_max} machines meets the SLOs" if d.is_baseline else
-                    f"no design within {p_max} prompt x {t_max} token machines meets the SLOs")
+                    f"no design within {p_max} prompt x {t_max} token machines meets the SLOs") + _too_big(sim, d)
             if excluded:
                 note += f" (confirmation rejected {', '.join(f'{p}+{t}' for p, t in excluded)})"
             status = "unconfirmed" if excluded else "infeasible"
@@ -652,6 +652,17 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                               confirmations=confirm.runs, seconds=time.perf_counter() - t0,
                               note=f"all {len(excluded)} candidates failed confirmation: {', '.join(rejected)}",
                               evaluated=_evaluated(ev, rate), **base)
+
+
+def _too_big(sim: Simulator, d: Design) -> str:
+    """Why no design of ``d`` can finish every request, if some need more KV cache than any of its
+    instances holds beside the weights ('' otherwise)."""
+    c = sim.cluster(d, 1, 0 if d.is_baseline else 1)
+    free = max(p.instance_hbm_bytes for p in (c.prompt, c.token) if p is not None) - c.model.weights_bytes
+    s = sim.stream
+    n = int(np.count_nonzero((s.prompt_tokens + s.output_tokens) * float(c.model.kv_bytes_per_token) > free))
+    return (f": {n:,} request{'s' if n > 1 else ''} need{'s' if n == 1 else ''} more KV cache than an instance "
+            f"holds beside the weights ({free / 1e9:.3g} GB), so never finish{'es' if n == 1 else ''}") if n else ""
 
 
 # The fluid model's tightest SLO ratio runs up to ~1.28x the discrete-event oracle's near the Splitwise

@@ -155,6 +155,16 @@ def test_seeds_search_over_the_same_streams_as_confirmation():
     assert d.cost <= (28 * 4.76 + 2 * 2.21) * 1.05   # within 5% of that one
 
 
+def test_a_plan_says_when_requests_are_too_big_for_every_instance(write):
+    """18 GiB GPUs leave a Llama2-70B instance 19.6 GB beside its weights: the longest coding requests
+    never get their KV cache, so no design finishes every request, and the plan must say why."""
+    f = write("m.toml", "[machines.dgx-h100]\nhbm_gib_per_gpu = 18\n")
+    d = plan(goal="min-cost", rps=20, model="llama2-70b", designs="H100", duration=60, machines_file=str(f),
+             jobs=1).get("H100")
+    assert d.status == "infeasible"
+    assert "requests need more KV cache than an instance holds beside the weights (19.6 GB)" in d.note
+
+
 def test_seeds_confirm_over_several_streams():
     res = plan(goal="min-cost", **dict(SMALL, designs="H100", seeds=2))
     d = res.get("H100")
