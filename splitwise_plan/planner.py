@@ -1093,7 +1093,7 @@ def render(result: PlanResult, console=None) -> None:
             if tight == (m, p):
                 cell = f"[bold]{cell}*[/bold]"
             row.append(cell)
-        row += [f"{dp.headroom:.0%}", sims]
+        row += [f"{dp.headroom:.0%}" if math.isfinite(dp.headroom) else "-", sims]   # none: unfinished requests
         table.add_row(*row)
     table.caption = (f"slowdowns vs the request alone on a DGX-A100 (* tightest SLO); headroom = 1 - tightest "
                      f"slowdown/limit; sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
