@@ -225,6 +225,7 @@ class DesignPlan:
                 "evaluations": self.evaluations, "confirmations": self.confirmations,
                 "grid_size": self.grid_size, "candidates": self.candidates, "bound": _num(self.bound),
                 "seconds": round(self.seconds, 3), "note": self.note,
+                "seed": None if r is None else r.seed,   # the stream of ``result`` (the worst of --seeds)
                 "result": self.result.to_dict() if self.result is not None else None}
 
 
@@ -421,14 +422,15 @@ class _OverSeeds:
     until the design is given up)."""
 
     def __init__(self, inputs: Inputs, req: PlanRequest, method: str, first: Simulator) -> None:
-        self.sims = [first] + [inputs.simulator(inputs.stream(req.rps, s), method, search=True)
-                               for s in _seeds(inputs, req)[1:]]
+        seeds = _seeds(inputs, req)
+        self.sims = [first] + [inputs.simulator(inputs.stream(req.rps, s), method, search=True) for s in seeds[1:]]
+        self.tags = [None] if inputs.trace is not None else seeds   # each result's stream (a trace has no seed)
 
     def run_points(self, points) -> list:
-        return _worst([s.run_points(points) for s in self.sims])
+        return _worst([[replace(r, seed=k) for r in s.run_points(points)] for k, s in zip(self.tags, self.sims)])
 
     def run_many(self, design: str, points) -> list:
-        return _worst([s.run_many(design, points) for s in self.sims])
+        return _worst([[replace(r, seed=k) for r in s.run_many(design, points)] for k, s in zip(self.tags, self.sims)])
 
 
 def _confirm_sim(inputs: Inputs, req: PlanRequest, rate, seed: int) -> Simulator:
@@ -489,9 +491,10 @@ class _Confirmer:
         if search_result is not None and req.confirm_method == self.search_method and self.search_over_seeds:
             return passes(search_result, self.threshold), search_result, 0   # the search ran these simulations
         results, runs = [], 0
+        trace = self.inputs.trace is not None
         for s in _seeds(self.inputs, req):
             if (s == req.seed and search_result is not None and req.confirm_method == self.search_method):
-                results.append(search_result)   # the search already ran this exact simulation
+                results.append(replace(search_result, seed=None if trace else s))   # the search ran it already
                 continue
             if self.pool is not None:
                 key = (design, tuple(pt), rate, s)
@@ -503,6 +506,7 @@ class _Confirmer:
                     results.append(job.result())
             else:
                 results.append(self._sim(rate, s).run(design, *pt))
+            results[-1] = replace(results[-1], seed=None if trace else s)
             runs += 1
             if not passes(results[-1], self.threshold):
                 break

@@ -62,6 +62,7 @@ class SimulationResult:
     overloaded: bool = False                 # queues grew without bound: the simulation stopped early
     method: str = "fluid"
     stopped_early: bool = False              # stopped once an SLO could no longer hold (``Simulator(stop_early=True)``)
+    seed: int | None = field(default=None, compare=False)   # the stream's seed, where the caller tells it (a plan's)
 
     @property
     def machines(self) -> int:
