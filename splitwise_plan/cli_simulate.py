@@ -26,6 +26,7 @@ from .cluster import SchedulerConfig, pool_size
 from .designs import Design, get_design
 from .errors import SplitwisePlanError
 from .progress import progress
+from .search import passes
 
 # typer >= 0.20 vendors click; catch the usage errors of both (NoSuchOption, BadParameter, ...).
 _USAGE_ERRORS = tuple({click.UsageError, typer.BadParameter.__mro__[1]})
@@ -720,8 +721,9 @@ def _down4(rate: float) -> float:
 
 def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: float, max_rate: float,
                   on_trial=None):
-    """Highest rate in [min_rate, max_rate] at which ``run_at(rate).slo_met`` holds, by doubling then
-    bisection to relative ``precision``. Returns (rate or None, fail_rate or None, trials)."""
+    """Highest rate in [min_rate, max_rate] at which ``run_at(rate)`` holds (every SLO met, every request
+    finished, as ``check`` asks), by doubling then bisection to relative ``precision``. Returns (rate or
+    None, fail_rate or None, trials)."""
     trials = []
 
     def ok(rate):
@@ -729,7 +731,7 @@ def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: fl
         trials.append((rate, r))
         if on_trial:
             on_trial(rate, r, trials)
-        return r.slo_met
+        return passes(r)
 
     rate = min(max(start, min_rate), max_rate)
     lo = hi = None
@@ -827,7 +829,7 @@ def capacity_cmd(
     with progress(None, f"capacity of {spec.label} ({inp.method})", quiet=quiet) as bar:
         def on_trial(rate, r, trials):
             bar.update(description=f"capacity of {spec.label}: {rate:.4g} req/s "
-                                   f"{'holds' if r.slo_met else 'fails'} (trial {len(trials)})")
+                                   f"{'holds' if passes(r) else 'fails'} (trial {len(trials)})")
         cap, fail, trials = find_capacity(
             run_at, start=start_rps or 2.0 * spec.machines, precision=precision,
             min_rate=min_rate, max_rate=min(MAX_STREAM_REQUESTS / duration, top), on_trial=on_trial)
@@ -850,6 +852,11 @@ def capacity_cmd(
         head = f"{spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}"
         how = (f"{wl.name}, {duration:g} s, seed {seed}, {inp.scheduler.describe()}, method {inp.method}, "
                f"{len(trials)} simulations")
+        failed = results_by_rate[fail][0] if fail is not None else None
+        if failed is not None and failed.slo_met and failed.completed < failed.requests:   # not the SLOs: memory
+            n = failed.requests - failed.completed
+            how += (f"; at {fail:.4g} req/s the SLOs hold but {n:,} request{'s' if n > 1 else ''} never got "
+                    f"{'their' if n > 1 else 'its'} KV-cache memory, as any longer stream's may not")
         if cap is None:
             short = (f"; {MIN_STREAM_REQUESTS} requests in {duration:g} s is the lowest rate tried: a longer "
                      "--duration tries lower ones" if fail <= min_rate * (1 + 1e-9) else "")

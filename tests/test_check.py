@@ -125,6 +125,11 @@ def test_check_fails_a_cluster_that_leaves_requests_unfinished(capsys, write):
     code, out, err = run(capsys, "check", f, "--rps", 40, "--duration", 60, "--machines-file", machines)
     assert code == 1, out + err
     assert "FAIL: all 9 SLOs hold, but " in out and "requests never got their KV-cache memory" in out
+    # nor does capacity count such a rate as held: the rate it reports must pass check
+    code, out, err = run(capsys, "capacity", f, "--duration", 60, "--machines-file", machines, "--quiet")
+    held = float(out.split("holds at ")[1].split(",")[0])
+    assert code == 0 and held < 40, out + err
+    assert run(capsys, "check", f, "--rps", held, "--duration", 60, "--machines-file", machines)[0] == 0
 
 
 def test_capacity_from_a_rate_far_past_the_cluster_finds_the_same_limit_quickly(capsys, write, tmp_path):
