@@ -856,7 +856,7 @@ def capacity_cmd(
         if failed is not None and failed.slo_met and failed.completed < failed.requests:   # not the SLOs: memory
             n = failed.requests - failed.completed
             how += (f"; at {fail:.4g} req/s the SLOs hold but {n:,} request{'s' if n > 1 else ''} never got "
-                    f"{'their' if n > 1 else 'its'} KV-cache memory, as any longer stream's may not")
+                    f"{'their' if n > 1 else 'its'} KV-cache memory")
         if cap is None:
             short = (f"; {MIN_STREAM_REQUESTS} requests in {duration:g} s is the lowest rate tried: a longer "
                      "--duration tries lower ones" if fail <= min_rate * (1 + 1e-9) else "")
