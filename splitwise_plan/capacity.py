@@ -301,8 +301,7 @@ def phase_work(lm: LatencyModel, machine: Machine, model: ModelSpec, stream: Req
     per_decode = min(_cheapest_decode_token_s(lm, sched.max_batch_size), MIXED_BATCH_FACTOR * per_prompt_tok)
     return PhaseWork(prompt=float(prompt_s.sum()) / duration_s / instances,
                      decode=float(D.sum()) * per_decode / duration_s / instances,
-                     mem_free=float(instances * (machine.hbm_bytes_per_gpu * (gpus or machine.gpus)
-                                                  - model.weights_bytes)))
+                     mem_free=float(instances * (machine.hbm_of(gpus) - model.weights_bytes)))
 
 
 def capacity_model(sim, design: str | Design, *, max_load: float | None = None) -> CapacityModel:

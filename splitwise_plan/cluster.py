@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from .errors import SplitwisePlanError, whole_number
 from .latency_model import LatencyModel
 from .machines import Machine
-from .models import ModelSpec
+from .models import ModelSpec, check_fits
 
 GIB = 1024**3
 TRANSFERS = ("serialized", "layerwise")   # KV-cache transfer after the prompt, or overlapped with it
@@ -76,17 +76,20 @@ def pool_size(count, what: str) -> int:
     return whole_number(count, what, 1, MAX_POOL, " machines")
 
 
-def instance_layout(machine: Machine, tensor_parallel: int, baseline: bool) -> tuple[int, int]:
+def instance_layout(machine: Machine, tensor_parallel: int, baseline: bool,
+                    model: ModelSpec | None = None) -> tuple[int, int]:
     """(model instances one machine of a pool runs, GPUs each), as the reference lays them out: a
     Splitwise machine is split into as many instances of ``tensor_parallel`` GPUs as it holds
     (each with those GPUs' HBM and the whole weights; GPUs left over stay idle); a baseline
-    machine runs one instance on all its GPUs. A machine with fewer GPUs than that is a user error."""
+    machine runs one instance on all its GPUs. A user error if the machine has fewer GPUs than
+    that, or if an instance cannot hold ``model``'s weights (when given)."""
     if machine.gpus < tensor_parallel:
         raise SplitwisePlanError(f"{machine.name} has {machine.gpus} GPU{'s' if machine.gpus > 1 else ''}, fewer than "
                                  f"the tensor parallelism {tensor_parallel}: no instance of the model fits on it")
-    if baseline:
-        return 1, machine.gpus
-    return machine.gpus // tensor_parallel, tensor_parallel
+    layout = (1, machine.gpus) if baseline else (machine.gpus // tensor_parallel, tensor_parallel)
+    if model is not None:
+        check_fits(model, machine, layout[1])
+    return layout
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class Pool:
     @property
     def instance_hbm_bytes(self) -> int:
         """HBM of one instance: its GPUs'."""
-        return self.machine.hbm_bytes_per_gpu * (self.instance_gpus or self.machine.gpus)
+        return self.machine.hbm_of(self.instance_gpus)
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,12 @@ class Cluster:
     @property
     def n_instances(self) -> int:
         return self.prompt.instances + (self.token.instances if self.token else 0)
+
+    @property
+    def kv_room(self) -> float:
+        """The most KV-cache bytes any instance holds beside the weights: a request needing more never runs."""
+        return max(p.instance_hbm_bytes for p in (self.prompt, self.token) if p is not None) - float(
+            self.model.weights_bytes)
 
     @property
     def cost(self) -> float:

@@ -62,7 +62,11 @@ class Machine:
     @property
     def hbm_bytes(self) -> int:
         """HBM of all GPUs in the machine, bytes."""
-        return self.gpus * self.hbm_bytes_per_gpu
+        return self.hbm_of()
+
+    def hbm_of(self, gpus: int = 0) -> int:
+        """HBM of ``gpus`` of its GPUs (0: all of them), bytes: a model instance's on those GPUs."""
+        return (gpus or self.gpus) * self.hbm_bytes_per_gpu
 
 
 BUILTIN_MACHINES: dict[str, Machine] = {

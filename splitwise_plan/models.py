@@ -41,7 +41,7 @@ def get_model(name: str, models: dict[str, ModelSpec] | None = None) -> ModelSpe
 def check_fits(model: ModelSpec, machine, gpus: int = 0) -> None:
     """A user error unless an instance of ``model`` on ``gpus`` GPUs of ``machine`` (0: all of them)
     holds its weights in their HBM, with room left for the KV cache."""
-    hbm = machine.hbm_bytes_per_gpu * (gpus or machine.gpus)
+    hbm = machine.hbm_of(gpus)
     if hbm <= model.weights_bytes:
         where = (f"{hbm / 2**30:.4g} GiB of HBM of {machine.name}" if not gpus or gpus == machine.gpus else
                  f"{hbm / 2**30:.4g} GiB of HBM of an instance on {gpus} of the {machine.gpus} GPUs of {machine.name}")

@@ -342,7 +342,7 @@ class _Sim:
         self.progress_at = 0.0      # when the last event other than such a retry happened
         self.deadlocked = False     # only retries were left, none of which can succeed: the run ends
         # the most KV-cache bytes any machine holds: a request needing more never runs (flagged as oom)
-        self.largest_kv = max(i.max_mem for i in self.instances) - float(cluster.model.weights_bytes)
+        self.largest_kv = cluster.kv_room
         self._iter_times: dict = {}
 
     def iteration_time(self, lat, n_prompt_tokens, n_decode) -> float:

@@ -31,7 +31,7 @@ from .budget import parse_budget
 from .capacity import capacity_model
 from .cluster import MAX_POOL, SchedulerConfig, instance_layout, pool_size
 from .designs import DESIGNS, Design, get_design
-from .models import check_fits, get_model
+from .models import get_model
 from .errors import SplitwisePlanError, choices, positive_number, seed_value, whole_number
 from .search import STRATEGIES, Evaluator, Lockstep, Space, passes, search
 from .simulator import METHODS, Simulator
@@ -320,8 +320,7 @@ class Inputs:
         d = get_design(design)
         try:
             for m in d.machines:
-                machine = self.machines[m]
-                check_fits(get_model(self.model), machine, instance_layout(machine, self.tp, d.is_baseline)[1])
+                instance_layout(self.machines[m], self.tp, d.is_baseline, get_model(self.model))
         except SplitwisePlanError as exc:
             return str(exc)
         return ""
@@ -410,9 +409,14 @@ def _seeds(inputs: Inputs, req: PlanRequest) -> list[int]:
     return [req.seed] if inputs.trace is not None else list(range(req.seed, req.seed + req.seeds))
 
 
+def _severity(r) -> tuple:
+    """How badly a result misses: a failing one first, then by its tightest SLO ratio."""
+    return not r.slo_met, _ratio(r)
+
+
 def _worst(results_by_seed: list) -> list:
-    """Per point, its worst result over the streams: a failing one first, then the tightest."""
-    return [max(rs, key=lambda r: (not r.slo_met, _ratio(r))) for rs in zip(*results_by_seed)]
+    """Per point, its worst result over the streams."""
+    return [max(rs, key=_severity) for rs in zip(*results_by_seed)]
 
 
 class _OverSeeds:
@@ -511,7 +515,7 @@ class _Confirmer:
             if not passes(results[-1], self.threshold):
                 break
         self.runs += runs
-        worst = max(results, key=lambda r: float(r.tightest.get("ratio", math.inf)) if r.tightest else math.inf)
+        worst = max(results, key=_severity)
         return all(passes(r, self.threshold) for r in results), worst, runs
 
     def lookahead(self, ev: Evaluator, space: Space, design: str, rate, excluded: list, best, depth: int,
@@ -662,7 +666,7 @@ def _too_big(sim: Simulator, d: Design) -> str:
     """Why no design of ``d`` can finish every request, if some need more KV cache than any of its
     instances holds beside the weights ('' otherwise)."""
     c = sim.cluster(d, 1, 0 if d.is_baseline else 1)
-    free = max(p.instance_hbm_bytes for p in (c.prompt, c.token) if p is not None) - c.model.weights_bytes
+    free = c.kv_room
     s = sim.stream
     n = int(np.count_nonzero((s.prompt_tokens + s.output_tokens) * float(c.model.kv_bytes_per_token) > free))
     return (f": {n:,} request{'s' if n > 1 else ''} need{'s' if n == 1 else ''} more KV cache than an instance "

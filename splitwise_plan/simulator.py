@@ -22,7 +22,7 @@ from .designs import Design, get_design
 from .errors import SplitwisePlanError, choices, whole_number
 from .machines import BUILTIN_MACHINES, Machine
 from .metrics import PERCENTILES, request_latencies, percentiles
-from .models import BUILTIN_MODELS, ModelSpec, check_fits
+from .models import BUILTIN_MODELS, ModelSpec
 from .profiles import ProfileSet
 from .slos import SLOSet, load_slos, reference_latencies
 from .workloads import RequestStream
@@ -187,14 +187,15 @@ class Simulator:
         each instance it runs."""
         m = self.machine(name)
         try:
-            check_fits(self.model, m, self.layout(design, m)[1])
+            self.layout(design, m)
         except SplitwisePlanError as exc:
             raise SplitwisePlanError(f"{design.name}: {exc}") from None
         return m
 
     def layout(self, design: Design, machine: Machine) -> tuple[int, int]:
-        """(model instances a machine of ``design``'s pools runs at this tensor parallelism, GPUs each)."""
-        return instance_layout(machine, self.tensor_parallel, design.is_baseline)
+        """(model instances a machine of ``design``'s pools runs at this tensor parallelism, GPUs each);
+        a user error if the model's weights do not fit in one."""
+        return instance_layout(machine, self.tensor_parallel, design.is_baseline, self.model)
 
     def latency(self, machine: Machine):
         if machine.hardware not in self._latency:
