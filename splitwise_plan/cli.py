@@ -36,9 +36,10 @@ class _Group(TyperGroup):
     """Typer group that turns SplitwisePlanError from any command into exit status 2."""
 
     def parse_args(self, ctx, args):  # noqa: D102 - the root (planner) options: one line, exit 2
-        from .cli_simulate import _USAGE_ERRORS
+        from .cli_simulate import _USAGE_ERRORS, optional_values
         try:
-            rest = super().parse_args(ctx, args)
+            upto = next((i for i, a in enumerate(args) if a in self.commands), len(args))
+            rest = super().parse_args(ctx, optional_values(args[:upto]) + list(args[upto:]))
             reject_stream_options(ctx)
             return rest
         except _USAGE_ERRORS as exc:
@@ -152,7 +153,7 @@ def root(
         help="Study name prefix in --storage, one study NAME/<design> per design (default: derived from the inputs)."),
     json_out: Optional[str] = typer.Option(
         None, "--json", metavar="FILE", rich_help_panel="Output",
-        help="Write the JSON report (inputs, each design's result, winner, gains) to FILE; '-': print it instead of the table."),
+        help="Write the JSON report (inputs, each design's result, winner, gains) to FILE; '-' or no FILE: print it instead of the table."),
     csv_out: Optional[Path] = typer.Option(
         None, "--csv", metavar="FILE", rich_help_panel="Output",
         help="Write one CSV row per design point the search and the confirmation simulated."),
@@ -187,11 +188,13 @@ def root(
 def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path],
                      quiet: bool) -> None:
     """Run the planner with a progress bar (per finished design), then write the reports and the table."""
-    from .cli_simulate import STDOUT, _check_outputs, _note, _print_json
+    from .cli_simulate import STDOUT, _check_outputs, _input_files, _note, _print_json
     from .planner import plan, plan_report, render, write_reports
     from .progress import progress
 
-    _check_outputs(json_out, csv_out, plot)   # a bad output path fails now, not after the run
+    # a bad output path fails now, not after the run
+    _check_outputs(json_out, csv_out, plot, inputs=_input_files(
+        trace=req.trace, workload=req.workload, slo=req.slos, machines_file=req.machines_file, profiles=req.profiles))
     n = len(req.designs)
     with progress(n, f"plan {req.goal}, {n} design{'s' if n > 1 else ''}", quiet=quiet) as bar:
         def done(dp) -> None:

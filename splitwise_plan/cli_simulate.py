@@ -26,6 +26,7 @@ from .cluster import SchedulerConfig, pool_size
 from .designs import Design, get_design
 from .errors import SplitwisePlanError
 from .progress import progress
+from .reports import machine_counts, plural
 from .search import passes
 
 # typer >= 0.20 vendors click; catch the usage errors of both (NoSuchOption, BadParameter, ...).
@@ -37,23 +38,25 @@ MAX_STREAM_REQUESTS = 2_000_000  # capacity: stop raising the rate past this man
 PROBE_REQUESTS = 2_000  # capacity: requests of the stream its rate bound is estimated on
 
 
+def optional_values(args, options=("--json",)) -> list:
+    """Command-line ``args`` with ``-`` (standard output) after each of ``options`` given with no value."""
+    args, out = list(args), []
+    for i, a in enumerate(args):
+        out.append(a)
+        if a in options:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            if nxt is None or (nxt.startswith("-") and nxt != STDOUT):
+                out.append(STDOUT)
+    return out
+
+
 class ReportCommand(TyperCommand):
     """A command whose ``--json`` takes an optional FILE (bare ``--json`` = stdout) and whose
     option-parsing errors become one-line user errors (exit 2) instead of a usage box."""
 
-    optional_value_options = ("--json",)
-
     def parse_args(self, ctx, args):
-        args = list(args)
-        out = []
-        for i, a in enumerate(args):
-            out.append(a)
-            if a in self.optional_value_options:
-                nxt = args[i + 1] if i + 1 < len(args) else None
-                if nxt is None or (nxt.startswith("-") and nxt != STDOUT):
-                    out.append(STDOUT)
         try:
-            rest = super().parse_args(ctx, out)
+            rest = super().parse_args(ctx, optional_values(args))
         except _USAGE_ERRORS as exc:
             raise SplitwisePlanError(exc.format_message()) from None
         reject_stream_options(ctx)
@@ -169,7 +172,7 @@ class Inputs:
 
     def describe(self) -> str:
         src = f"trace {self.trace}" if self.trace else f"{self.workload} at {self.rate:g} req/s, {self.duration_s:g} s, seed {self.seed}"
-        n = f", {len(self.stream):,} requests" if self.stream is not None else ""
+        n = f", {plural(len(self.stream), 'request')}" if self.stream is not None else ""
         return (f"{src}{n}; {self.model} TP{self.tensor_parallel}, {self.scheduler.describe()}; "
                 f"simulated with method {self.method}")
 
@@ -202,7 +205,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     from .slos import load_slos
     from .workloads import load_trace, load_workload
 
-    get_model(model)
+    model = get_model(model).name   # its name as the profiles spell it, whatever the case typed
     if tp is None or tp < 1:
         raise SplitwisePlanError(f"--tp must be a positive integer, got {tp}")
     method = check_method(method)
@@ -303,17 +306,22 @@ def _is_stdout(path) -> bool:
 
 
 def _check_outputs(json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path] = None,
-                   requests: Optional[Path] = None) -> None:
-    """Fail now, with one line, on an output path that could not be written or that two outputs share."""
+                   requests: Optional[Path] = None, inputs: Optional[dict] = None) -> None:
+    """Fail now, with one line, on an output path that could not be written, that two outputs share,
+    or that names one of the command's ``inputs`` ({option: path}): writing it would destroy that input."""
     from .reports import check_writable
     files = {"--json": json_out, "--csv": csv_out, "--plot": plot, "--requests": requests}
-    seen: dict = {}
+    seen: dict = {os.path.realpath(Path(str(v)).expanduser()): k for k, v in (inputs or {}).items()
+                  if v is not None and os.path.isfile(Path(str(v)).expanduser())}
+    reads = set(seen.values())
     for flag, p in files.items():
         if p is None or (flag == "--json" and p == STDOUT):
             continue
         if str(p) == STDOUT:
             raise SplitwisePlanError(f"{flag} needs a file name: '-' (standard output) is for --json only")
         key = os.path.realpath(Path(p).expanduser())
+        if key in seen and seen[key] in reads:
+            raise SplitwisePlanError(f"{flag} {p} is the file {seen[key]} reads: writing it would replace that input")
         if key in seen:
             raise SplitwisePlanError(f"{seen[key]} and {flag} name the same file {p}: give each its own")
         if json_out == STDOUT and _is_stdout(p):
@@ -327,6 +335,12 @@ def _check_outputs(json_out: Optional[str], csv_out: Optional[Path], plot: Optio
     if plot is not None:
         from .plots import check_plot_path
         check_plot_path(plot)
+
+
+def _input_files(**options) -> dict:
+    """The files a command reads, by option (``machines_file`` is --machines-file): what no output may overwrite."""
+    names = {"cluster": "CLUSTER_FILE", "workload": "--workload"}
+    return {names.get(k, "--" + k.replace("_", "-")): v for k, v in options.items() if v is not None}
 
 
 def _print_json(doc) -> None:
@@ -366,9 +380,7 @@ def result_table(result, slos, title: str, caption: str = "") -> Table:
 
 
 def _counts_label(result) -> str:
-    if result.token_machines:
-        return f"{result.design}, {result.prompt_machines} prompt + {result.token_machines} token machines"
-    return f"{result.design}, {result.prompt_machines} machines"
+    return f"{result.design}, {machine_counts(result.prompt_machines, result.token_machines)}"
 
 
 @contextmanager
@@ -420,7 +432,8 @@ def simulate_cmd(
 
     d = get_design(design)
     n_prompt, n_token = resolve_counts(d, prompt, token, machines)
-    _check_outputs(json_out, csv_out, requests=requests_out)
+    _check_outputs(json_out, csv_out, requests=requests_out, inputs=_input_files(
+        trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
     inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
                          seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
                          transfer=transfer, bandwidth=bandwidth)
@@ -441,7 +454,7 @@ def simulate_cmd(
     c = console()
     c.print(result_table(result, inp.slos, title=_counts_label(result)))
     c.print(inp.describe())
-    c.print(f"{result.requests:,} requests, {result.completed:,} completed"
+    c.print(f"{plural(result.requests, 'request')}, {result.completed:,} completed"
             + (f"; [yellow]overloaded: a prompt waited over {sim.overload_s:.0f} s, the run stopped there[/]"
                if result.overloaded else "")
             + ("; [yellow]memory overflow: a request never got its KV-cache memory (larger than any machine's, or held by waiting transfers)[/]" if result.oom else ""))
@@ -495,6 +508,9 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
         if ckpt is not None and not ckpt.failed:
             sys.stderr.write(f"stopped: {ckpt.kept:,} of {len(grid):,} design points are kept in {where}; "
                              "the same command goes on from there\n")
+        elif ckpt is None:
+            sys.stderr.write("stopped: nothing is kept, since the sweep writes no file (a --csv, --json or "
+                             "--plot FILE keeps the points done beside it, and the same command goes on from them)\n")
         raise
     done.update(zip(todo, fresh))
     return [done[pt] for pt in grid], ckpt
@@ -555,7 +571,8 @@ def sweep_cmd(
         if len(ps) * len(ts) > MAX_GRID_POINTS:
             raise SplitwisePlanError(f"the grid has {len(ps) * len(ts):,} points; at most {MAX_GRID_POINTS:,}")
         grid = [(p, t) for p in ps for t in ts]
-    _check_outputs(json_out, csv_out, plot)
+    _check_outputs(json_out, csv_out, plot, inputs=_input_files(
+        trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
     inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
                          seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
                          transfer=transfer, bandwidth=bandwidth)
@@ -660,7 +677,8 @@ def check_cmd(
     if rps is None and trace is None:
         raise SplitwisePlanError("give --rps R (the expected requests per second) or --trace FILE")
     spec = _load_spec(cluster_file, machines_file)
-    _check_outputs(json_out, csv_out)
+    _check_outputs(json_out, csv_out, inputs=_input_files(
+        cluster=cluster_file, trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
     factor = 1.0 + headroom
     inp = resolve_inputs(model=spec.model, tp=spec.tensor_parallel, workload=workload,
                          rps=None if rps is None else check_positive(rps, "--rps") * factor, trace=trace,
@@ -695,7 +713,7 @@ def check_cmd(
                     f"{inp.rate:.4g} req/s" if math.isfinite(inp.rate) else "all at one instant")
         src = f"trace {trace}" if trace else f"{inp.workload}, {inp.duration_s:g} s, seed {inp.seed}"
         lines = [f"check: {spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}",
-                 f"load:  {rate_txt}; {src}; {len(inp.stream):,} requests; {inp.scheduler.describe()}; "
+                 f"load:  {rate_txt}; {src}; {plural(len(inp.stream), 'request')}; {inp.scheduler.describe()}; "
                  f"method {inp.method}"]
         n = len(inp.slos)
         if passed:
@@ -704,7 +722,7 @@ def check_cmd(
                          f"{t['value']:.4g} < {t['limit']:g}, margin {t['margin']:.4g})")
         elif result.slo_met:
             why = "never got their KV-cache memory" if result.oom else "never finished"
-            lines.append(f"FAIL: all {n} SLOs hold, but {lost:,} of {result.requests:,} requests {why}")
+            lines.append(f"FAIL: all {n} SLOs hold, but {lost:,} of {plural(result.requests, 'request')} {why}")
         else:
             lines.append(f"FAIL: {len(result.violations)} of {n} SLOs violated:")
             lines.extend(violation_lines(result))
@@ -713,17 +731,24 @@ def check_cmd(
         raise typer.Exit(code=1)
 
 
-def _down4(rate: float) -> float:
-    """``rate`` rounded down to 4 significant digits: a headline never above the rate that held."""
-    q = 10.0 ** (math.floor(math.log10(rate)) - 3)
-    return math.floor(rate / q + 1e-9) * q if rate > 0 else rate
+def _round_rate(rate: float, digits: int) -> float:
+    """``rate`` to ``digits`` significant digits: the rates ``capacity`` tries are ones a user can type."""
+    if not math.isfinite(rate) or rate <= 0:
+        return rate
+    return round(rate, digits - 1 - math.floor(math.log10(rate)))
 
 
 def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: float, max_rate: float,
                   on_trial=None):
     """Highest rate in [min_rate, max_rate] at which ``run_at(rate)`` holds (every SLO met, every request
     finished, as ``check`` asks), by doubling then bisection to relative ``precision``. Returns (rate or
-    None, fail_rate or None, trials)."""
+    None, fail_rate or None, trials).
+
+    Every rate tried has two significant digits more than the precision needs (4 at 1%), so the
+    answer is a rate that was simulated and held, short enough to pass to ``check --rps``: each rate
+    is its own stream, and near its limit a cluster's verdict can flip between nearby rates.
+    """
+    digits = 2 + max(0, math.ceil(-math.log10(precision)))
     trials = []
 
     def ok(rate):
@@ -733,14 +758,17 @@ def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: fl
             on_trial(rate, r, trials)
         return passes(r)
 
-    rate = min(max(start, min_rate), max_rate)
+    def within(rate):
+        return min(max(_round_rate(rate, digits), min_rate), max_rate)
+
+    rate = within(start)
     lo = hi = None
     if ok(rate):
         lo = rate
         while hi is None:
             if lo >= max_rate:
                 return lo, None, trials
-            nxt = min(lo * 2.0, max_rate)
+            nxt = within(lo * 2.0)
             if ok(nxt):
                 lo = nxt
             else:
@@ -750,13 +778,15 @@ def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: fl
         while lo is None:
             if hi <= min_rate:
                 return None, hi, trials
-            nxt = max(hi / 2.0, min_rate)
+            nxt = within(hi / 2.0)
             if ok(nxt):
                 lo = nxt
             else:
                 hi = nxt
     while (hi - lo) > precision * lo:
-        mid = (lo + hi) / 2.0
+        mid = _round_rate((lo + hi) / 2.0, digits)
+        if not lo < mid < hi:   # no rate of those digits between them
+            break
         if ok(mid):
             lo = mid
         else:
@@ -807,7 +837,8 @@ def capacity_cmd(
     if start_rps is not None:
         check_positive(start_rps, "--start-rps")
     spec = _load_spec(cluster_file, machines_file)
-    _check_outputs(json_out, csv_out)
+    _check_outputs(json_out, csv_out, inputs=_input_files(
+        cluster=cluster_file, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
     inp = resolve_inputs(model=spec.model, tp=spec.tensor_parallel, workload=workload, rps=None, trace=None,
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method=method, need_stream=False, transfer=transfer, bandwidth=bandwidth)
@@ -864,8 +895,7 @@ def capacity_cmd(
         elif fail is None:
             typer.echo(f"capacity of {head}: at least {float(cap)!r} req/s (the largest rate tried; {how})")
         else:
-            # the rates tried, exactly: ``check --rps`` at them simulates the same streams (the verdict
-            # of a cluster near its limit can flip between rates closer than the headline's 4 digits)
-            typer.echo(f"capacity of {head}: {_down4(cap):g} req/s (holds at {float(cap)!r}, fails at {float(fail)!r}; {how})")
+            # the rates tried, exactly: ``check --rps`` at them simulates the same streams
+            typer.echo(f"capacity of {head}: {float(cap)!r} req/s (fails at {float(fail)!r}; {how})")
     if cap is None:
         raise typer.Exit(code=1)

@@ -28,7 +28,7 @@ from typing import Mapping
 
 from .cluster import pool_size
 from .designs import Design, get_design
-from .errors import SplitwisePlanError, choices
+from .errors import SplitwisePlanError, by_name, choices
 from .machines import BUILTIN_MACHINES, Machine
 from .models import BUILTIN_MODELS
 from .paths import read_toml, user_file
@@ -132,9 +132,11 @@ def parse_cluster(doc: Mapping, where: str = "cluster file",
 
     def machine_type(key: str) -> str:
         name = _string(where, key, doc[key])
-        if name not in catalog:
-            raise SplitwisePlanError(f"{where}: {key} {name!r} is not a known machine; valid: {choices(catalog)}")
-        return name
+        try:
+            return by_name(catalog, name).name
+        except KeyError:
+            raise SplitwisePlanError(f"{where}: {key} {name!r} is not a known machine; "
+                                     f"valid: {choices(catalog)}") from None
 
     if design.is_baseline:
         bad = [k for k in ("prompt_machines", "token_machines", "prompt_machine_type", "token_machine_type")
@@ -162,8 +164,10 @@ def parse_cluster(doc: Mapping, where: str = "cluster file",
         if "token_machine_type" in doc:
             design = replace(design, token_machine=machine_type("token_machine_type"))
     model = _string(where, "model", doc.get("model", "bloom-176b"))
-    if model not in BUILTIN_MODELS:
-        raise SplitwisePlanError(f"{where}: model {model!r} is unknown; valid: {choices(BUILTIN_MODELS)}")
+    try:
+        model = by_name(BUILTIN_MODELS, model).name
+    except KeyError:
+        raise SplitwisePlanError(f"{where}: model {model!r} is unknown; valid: {choices(BUILTIN_MODELS)}") from None
     if "tp" in doc and "tensor_parallel" in doc:
         raise SplitwisePlanError(f"{where}: give tensor_parallel or tp, not both")
     tp = _count(where, "tensor_parallel", doc.get("tensor_parallel", doc.get("tp", 8)))

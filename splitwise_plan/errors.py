@@ -18,6 +18,18 @@ def choices(names) -> str:
     return ", ".join(sorted(str(n) for n in names)) or "(none)"
 
 
+def by_name(pool, name):
+    """``pool[name]``, else the one entry whose name differs from ``name`` only in case (KeyError: none
+    or several): names are typed by hand, and BLOOM-176B means bloom-176b."""
+    try:
+        return pool[name]
+    except KeyError:
+        match = [k for k in pool if isinstance(k, str) and isinstance(name, str) and k.lower() == name.lower()]
+        if len(match) != 1:
+            raise
+        return pool[match[0]]
+
+
 def positive_number(value, what: str) -> float:
     """``value`` as a positive finite float, or a user error naming ``what``."""
     if isinstance(value, bool):

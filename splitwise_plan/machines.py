@@ -7,7 +7,7 @@ import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SplitwisePlanError, choices, whole_number
+from .errors import SplitwisePlanError, by_name, choices, whole_number
 from .paths import read_toml
 
 GIB = 1024**3
@@ -109,7 +109,9 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
                 f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(MACHINE_KEYS)}")
         if "hbm_bytes_per_gpu" in spec and "hbm_gib_per_gpu" in spec:
             raise SplitwisePlanError(f"{where}: give hbm_bytes_per_gpu or hbm_gib_per_gpu, not both")
-        base = machines.get(name)
+        base = _builtin_named(machines, name)
+        if base is not None:   # DGX-H100 overrides dgx-h100: one machine, under its builtin name
+            name = base.name
         fields = {} if base is None else {
             "hardware": base.hardware, "gpus": base.gpus,
             "hbm_bytes_per_gpu": base.hbm_bytes_per_gpu, "cost": base.cost, "power": base.power}
@@ -138,10 +140,18 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
     return machines
 
 
+def _builtin_named(machines: dict, name: str):
+    """The machine ``name`` names, whatever its case, or None."""
+    try:
+        return by_name(machines, name)
+    except KeyError:
+        return None
+
+
 def get_machine(name: str, machines: dict[str, Machine] | None = None) -> Machine:
     """Look up a machine by name; an unknown name raises with the valid ones."""
     pool = BUILTIN_MACHINES if machines is None else machines
     try:
-        return pool[name]
+        return by_name(pool, name)
     except (KeyError, TypeError):
         raise SplitwisePlanError(f"unknown machine {name!r}; valid: {choices(pool)}") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import SplitwisePlanError, choices
+from .errors import SplitwisePlanError, by_name, choices
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def get_model(name: str, models: dict[str, ModelSpec] | None = None) -> ModelSpe
     """Look up a model by name; an unknown name raises with the valid ones."""
     pool = BUILTIN_MODELS if models is None else models
     try:
-        return pool[name]
+        return by_name(pool, name)
     except (KeyError, TypeError):
         raise SplitwisePlanError(f"unknown model {name!r}; valid: {choices(pool)}") from None
 

@@ -32,6 +32,7 @@ from .capacity import capacity_model
 from .cluster import MAX_POOL, SchedulerConfig, instance_layout, pool_size
 from .designs import DESIGNS, Design, get_design
 from .models import get_model
+from .reports import machine_counts
 from .errors import SplitwisePlanError, choices, positive_number, seed_value, whole_number
 from .search import STRATEGIES, Evaluator, Lockstep, Space, passes, search
 from .simulator import METHODS, Simulator
@@ -101,6 +102,9 @@ class PlanRequest:
         return SchedulerConfig.with_transfer(self.transfer, self.bandwidth)
 
     def __post_init__(self) -> None:
+        if isinstance(self.goal, str) and self.goal.lower() in GOALS:   # MIN-COST is min-cost
+            object.__setattr__(self, "goal", self.goal.lower())
+        object.__setattr__(self, "model", get_model(self.model).name)   # as the profiles spell it
         if self.goal not in GOALS:
             raise SplitwisePlanError(f"goal {self.goal!r} is unknown; valid: {', '.join(GOALS)}")
         if self.goal == "max-throughput":
@@ -217,8 +221,8 @@ class DesignPlan:
     def to_dict(self) -> dict:
         r = self.result
         return {"design": self.design, "short": self.short, "status": self.status, "prompt_machines": self.prompt,
-                "token_machines": self.token, "machines": self.machines, "cost": _num(self.cost),
-                "power": _num(self.power), "rate": _num(self.rate), "headroom": _num(self.headroom),
+                "token_machines": self.token, "machines": self.machines, "cost": _num(round(self.cost, 6)),
+                "power": _num(round(self.power, 6)), "rate": _num(self.rate), "headroom": _num(self.headroom),
                 "slo_met": None if r is None else bool(r.slo_met),
                 "tightest": None if r is None or not r.tightest else {
                     k: (_num(v) if isinstance(v, float) else v) for k, v in r.tightest.items()},
@@ -266,9 +270,11 @@ class PlanResult:
 
     def to_dict(self) -> dict:
         r = self.request
+        workload, duration, seed = _stream_of(r)
         return {"goal": r.goal, "rps": r.rps, "budget_power": r.budget_power, "budget_cost": r.budget_cost,
-                "model": r.model, "workload": r.workload, "trace": r.trace, "duration": r.duration,
-                "seed": r.seed, "seeds": r.seeds, "tp": r.tp, "strategy": r.strategy, "margin": r.margin,
+                "model": r.model, "workload": workload, "trace": r.trace, "duration": duration,
+                "seed": seed, "seeds": r.seeds if r.trace is None else 1, "tp": r.tp, "strategy": r.strategy,
+                "margin": r.margin,
                 "search_method": self.search_method,
                 "confirm_method": r.confirm_method, "winner": self.winner, "gains": list(self.gains),
                 "evaluations": self.evaluations, "confirmations": self.confirmations,
@@ -383,8 +389,8 @@ def _limits(req: PlanRequest, d: Design, rate: float) -> tuple[int, int]:
         if get_design(name).name == d.name:
             return int(pmax), (0 if d.is_baseline else int(tmax))
     pmax, tmax = REFERENCE_GRID[d.name]
-    f = max(1.0, rate / REFERENCE_RATE)
-    return int(math.ceil(pmax * f)), int(math.ceil(tmax * f))
+    f = max(1.0, rate / REFERENCE_RATE)   # the reference's grid, scaled with the rate, within the pool bound
+    return min(MAX_POOL, int(math.ceil(pmax * f))), min(MAX_POOL, int(math.ceil(tmax * f)))
 
 
 class _Pool:
@@ -803,8 +809,10 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
     refused: dict = {}          # rate step -> points the confirm simulator rejected there
 
     def best_at(k: int):
-        """The passing budget point with the most headroom at rate k * tol (search method) that
-        the confirm simulator has not rejected, or None."""
+        """The budget point with the most headroom at rate k * tol (search method) that the confirm
+        simulator has not rejected, or None: a passing one, or above the search's highest rate
+        (where the search passes none) the nearest to passing, since the confirm simulator may
+        hold more than the search's."""
         nonlocal evals
         rate = k * tol
         if rate not in cache:
@@ -814,9 +822,9 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         if rest:   # see every candidate at this rate to pick the one with most headroom
             ev(rest)
             evals += len(rest)
-        passing = sorted((p for p in cand if ev.ok(ev.cache[p]) and p not in refused.get(k, ())),
-                         key=lambda p: _ratio(ev.cache[p]))
-        return (passing[0], ev.cache[passing[0]]) if passing else (None, None)
+        ranked = sorted((p for p in cand if p not in refused.get(k, ()) and (k > lo_k or ev.ok(ev.cache[p]))),
+                        key=lambda p: _ratio(ev.cache[p]))
+        return (ranked[0], ev.cache[ranked[0]]) if ranked else (None, None)
 
     def refuse(k: int, pt) -> bool:
         """Record a rejected point; True once the rate has had its tries (then it counts as failed):
@@ -847,6 +855,25 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
             bad_k = k
             k = max(0, k - step)
             step *= 2
+    if good is not None and good[0] == lo_k:
+        # the search's highest rate holds: gallop up with the confirm simulator (steps 1, 2, 4, ...)
+        # until a rate fails, so that the answer is its optimum and not the search's (the baselines'
+        # TBT P90 sits within a few percent of its limit over a wide range of rates)
+        step, bad_k = 1, None
+        while bad_k is None and attempts < req.max_confirm:
+            k = good[0] + step
+            pt, res = best_at(k)
+            if pt is None:
+                bad_k = k
+                break
+            ok, worst, _ = confirm(d.name, pt, k * tol, res)
+            attempts += 1
+            if ok:
+                good, step = (k, pt, worst), step * 2
+            elif refuse(k, pt):
+                bad_k = k
+        if bad_k is None:   # out of confirmations: the highest rate held is the answer
+            bad_k = good[0] + 1
     while good is not None and bad_k - good[0] > 1 and attempts < req.max_confirm:
         k = (good[0] + bad_k) // 2
         pt, res = best_at(k)
@@ -1061,9 +1088,10 @@ def plan_title(req: PlanRequest) -> str:
     else:
         rate = f"{req.rps:g} req/s" if req.rps is not None else f"trace {req.trace}"
         title = f"{req.goal} at {rate}"
-    src = req.trace or req.workload
-    return (f"{title} - {req.model}, {src}, {req.duration:g} s, seed {req.seed}"
-            + (f" (worst of {req.seeds} seeds)" if req.seeds > 1 else "")
+    workload, duration, seed = _stream_of(req)
+    stream = f"{workload}, {duration:g} s, seed {seed}" if req.trace is None else f"{duration:g} s of trace"
+    return (f"{title} - {req.model}, {stream}"
+            + (f" (worst of {req.seeds} seeds)" if req.seeds > 1 and req.trace is None else "")
             + ("" if req.scheduler.is_reference else f", {req.scheduler.describe()}"))
 
 
@@ -1116,7 +1144,7 @@ def render(result: PlanResult, console=None) -> None:
         return
     w = result.get(result.winner)
     what = {"min-cost": "lowest cost", "min-power": "lowest power", "max-throughput": "highest throughput"}[req.goal]
-    counts = f"{w.prompt} machines" if get_design(w.design).is_baseline else f"{w.prompt} prompt + {w.token} token machines"
+    counts = machine_counts(w.prompt, 0 if get_design(w.design).is_baseline else w.token)
     rate = f" at {w.rate:g} req/s" if req.goal == "max-throughput" else ""
     con.print(f"Winner ({what}): [bold]{w.design}[/bold], {counts}{rate}, cost {w.cost:.2f}, power {w.power:.1f}, "
               f"headroom {w.headroom:.0%}")
@@ -1134,6 +1162,15 @@ def _evaluated(ev: Evaluator, rate: float) -> tuple:
 def _evaluated_budget(cache: dict) -> tuple:
     """The points of every rate the max-throughput search tried (``cache``: rate -> (evaluator, ...))."""
     return tuple(row for rate in sorted(cache) for row in _evaluated(cache[rate][0], rate))
+
+
+def _stream_of(req: PlanRequest) -> tuple:
+    """(workload, duration in seconds, seed) of the stream a plan ran on: a replayed trace has no
+    workload and no seed, and lasts as long as it does (not ``--duration``)."""
+    if req.trace:
+        from .workloads import load_trace
+        return None, load_trace(req.trace).duration_s, None
+    return req.workload, req.duration, req.seed
 
 
 def plan_inputs(result: PlanResult) -> dict:

@@ -38,10 +38,24 @@ TOOL_NAME = "splitwise-plan"
 
 # --- atomic writing -------------------------------------------------------------
 
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, plural unless n is 1: "1 request", "2,366 requests"."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def machine_counts(prompt: int, token: int) -> str:
+    """A design's machines in words: "27 prompt + 3 token machines", or "50 machines" for a baseline."""
+    if token:
+        return f"{prompt:,} prompt + {plural(token, 'token machine')}"
+    return plural(prompt, "machine")
+
+
 def check_writable(path: str | Path, what: str = "output") -> Path:
     """Fail early, with one line, when ``path`` cannot be written (before any long run)."""
     p = Path(path).expanduser()
     parent = p.parent if str(p.parent) else Path(".")
+    if str(path).endswith(("/", os.sep)):   # Path() drops the slash: a folder was meant
+        raise SplitwisePlanError(f"{what} path {path} names a folder (it ends with /); give a file name")
     if p.is_dir():
         raise SplitwisePlanError(f"{what} path {p} is a directory; give a file name")
     if not parent.exists():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import threading
+from bisect import bisect_left
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -236,14 +237,17 @@ class Space:
         lo = self.lower()
         return int(np.clip(self.t_range[1] - lo + 1, 0, None).sum())
 
-    def rank(self) -> np.ndarray:
-        """rank[i, j]: position of (ps[i], ts[j]) in key order (0 = best)."""
-        ps, ts = self.ps, self.ts
-        pts = [(int(p), int(t)) for p in ps for t in ts]
-        order = sorted(range(len(pts)), key=lambda k: self.key(*pts[k]))
-        r = np.empty(len(pts), dtype=np.int64)
-        r[np.asarray(order)] = np.arange(len(pts))
-        return r.reshape(len(ps), len(ts))
+    def cheaper_than(self, pt: Point) -> np.ndarray:
+        """Per prompt count, the largest token count whose key is below ``pt``'s (``t_range[0] - 1``: none).
+
+        A key grows with the token count (the objective's units are not negative and more
+        machines break its ties), so each column is one bisection: no grid of millions of
+        points is ever listed, whatever the rate scales the space to.
+        """
+        ts = range(self.t_range[0], self.t_range[1] + 1)
+        best = self.key(*pt)
+        return np.array([self.t_range[0] - 1 + bisect_left(ts, best, key=lambda t, p=int(p): self.key(p, t))
+                         for p in self.ps], dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -278,20 +282,21 @@ def frontier_search(evaluate: Evaluator, space: Space, *, batch: int = 8, exclud
     fail = space.lower() - 1                     # F[i]: token counts <= F[i] fail at ps[i]
     fail = np.maximum(fail, t_lo - 1)
     passt = np.full(n, t_hi + 1, dtype=np.int64)  # token counts >= passt[i] pass at ps[i]
-    rank = space.rank()
     best: Point | None = None
-    best_rank = rank.size  # nothing found yet: every point is a candidate
+    best_key = None
+    cap = np.full(n, t_hi, dtype=np.int64)    # per column, the token counts still cheaper than the best
+    stale = False                               # the best changed since ``cap`` was computed
 
     def absorb(pt: Point, ok: bool) -> None:
-        nonlocal best, best_rank
+        nonlocal best, best_key, stale
         i = pt[0] - p0
         if pt in excluded:       # confirmed failing by the oracle: a plain failure here
             ok = False
         if ok:
             passt[i:] = np.minimum(passt[i:], pt[1])
-            r = rank[i, pt[1] - t_lo]
-            if r < best_rank:
-                best, best_rank = pt, int(r)
+            k = space.key(*pt)
+            if best_key is None or k < best_key:
+                best, best_key, stale = pt, k, True
         else:
             fail[: i + 1] = np.maximum(fail[: i + 1], pt[1])
 
@@ -301,7 +306,8 @@ def frontier_search(evaluate: Evaluator, space: Space, *, batch: int = 8, exclud
             absorb(pt, evaluate.passed(pt))
     rounds = 0
     while rounds < max_rounds:
-        cap = (rank < best_rank).sum(axis=1) + t_lo - 1   # tokens still cheaper than the best
+        if stale:
+            cap, stale = space.cheaper_than(best), False
         lo = fail + 1
         hi = np.minimum(passt - 1, cap)
         active = np.flatnonzero(lo <= hi)

@@ -92,7 +92,7 @@ class SimulationResult:
         """One flat row for CSV reports."""
         row = {"design": self.design, "model": self.model, "prompt_machines": self.prompt_machines,
                "token_machines": self.token_machines, "machines": self.machines,
-               "cost": self.cost, "power": self.power, "slo_met": self.slo_met,
+               "cost": round(self.cost, 6), "power": round(self.power, 6), "slo_met": self.slo_met,
                "requests": self.requests, "completed": self.completed}
         for kind, d in (("s", self.latency_s), ("slowdown", self.slowdown)):
             for m, by_p in d.items():

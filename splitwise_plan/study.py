@@ -877,6 +877,18 @@ def prepare(req, design: str, n_trials: int = 24) -> str:
 
 # --- workers ------------------------------------------------------------------------------
 
+def _sqlite_file(url: str | None) -> str | None:
+    """The database file of an SQLite storage URL (None for another kind of storage, or no URL)."""
+    url = normalize_storage(url)
+    if not url or not url.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url
+    try:
+        return make_url(url).database or ":memory:"
+    except Exception:  # noqa: BLE001 - a malformed URL: open_storage says what is wrong
+        return None
+
+
 def study_names(url: str | None, name: str | None = None) -> list[str]:
     """splitwise-plan studies in the storage named ``name`` or under ``name/`` (all when None)."""
     import optuna
@@ -929,14 +941,20 @@ def run_worker(url: str, name: str | None = None, *, trials: int | None = None, 
     """Join the studies named ``name`` (or under ``name/``) and run their trials; a summary dict."""
     from optuna.trial import TrialState
 
-    url = check_storage(url)
-    if url is None:
-        raise SplitwisePlanError("a worker needs a persistent --storage (sqlite:///FILE or postgresql://...)")
     if trials is not None and (isinstance(trials, bool) or int(trials) < 1):
         raise SplitwisePlanError(f"--trials must be a positive integer, got {trials!r}")
     if batch is not None and (isinstance(batch, bool) or int(batch) < 1):
         raise SplitwisePlanError(f"--batch must be a positive integer, got {batch!r}")
     deadline = time.monotonic() + max(0.0, float(wait_s))
+    db = _sqlite_file(url)
+    while db not in (None, ":memory:") and not os.path.isfile(db):   # opening it would create it, empty
+        if time.monotonic() >= deadline:
+            raise SplitwisePlanError(f"--storage {redact(normalize_storage(url))}: no such database file {db}; a "
+                                     "worker joins the studies a planner keeps there (--storage on the planner)")
+        time.sleep(0.2)
+    url = check_storage(url)
+    if url is None:
+        raise SplitwisePlanError("a worker needs a persistent --storage (sqlite:///FILE or postgresql://...)")
     announced = False
     while True:
         names = study_names(url, name)

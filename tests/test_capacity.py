@@ -26,6 +26,16 @@ def test_work_scales_with_the_machine(sim70):
     assert hh.max_load == pytest.approx(default_max_load(30))
 
 
+@pytest.mark.parametrize("design", ["HH", "HA", "AA", "HHcap"])
+def test_min_token_is_the_first_feasible_token_count_of_the_whole_grid(sim70, design):
+    cm = capacity_model(sim70, design)
+    ps, T = np.arange(1, 80), 12
+    ok = cm.feasible(ps[:, None], np.arange(1, T + 1)[None, :])
+    want = np.where(ok.any(axis=1), ok.argmax(axis=1) + 1, T + 1)
+    assert cm.min_token(ps, T).tolist() == want.tolist()
+    assert (want <= T).any() and (want > T).any()   # both kinds of column
+
+
 def test_feasibility_is_monotone(sim70):
     cm = capacity_model(sim70, "HA")
     p, t = np.meshgrid(np.arange(1, 40), np.arange(1, 40), indexing="ij")

@@ -107,9 +107,8 @@ def test_capacity_brackets_the_limit(capsys, write, tmp_path):
     cap = json.loads(j.read_text())["capacity"]
     lo, hi = cap["capacity_rps"], cap["fails_at_rps"]
     assert 0 < lo < hi <= lo * 1.01 + 1e-9
-    assert f" req/s (holds at {lo!r}, fails at {hi!r};" in out   # the exact rates: check reproduces them
-    head = float(out.split(": ")[-1].split(" req/s")[0])
-    assert lo * 0.999 <= head <= lo                  # the headline, rounded down to 4 digits: never above the rate that held
+    assert f": {lo!r} req/s (fails at {hi!r};" in out   # the exact rates: check reproduces them
+    assert float(f"{lo:.4g}") == lo and float(f"{hi:.4g}") == hi   # rates a user can type: 4 digits at 1%
     met = {t["rate_rps"]: t["slo_met"] for t in cap["trials"]}
     assert met[lo] is True and met[hi] is False
     # check agrees: same seed and duration give the same stream
@@ -127,7 +126,7 @@ def test_check_fails_a_cluster_that_leaves_requests_unfinished(capsys, write):
     assert "FAIL: all 9 SLOs hold, but " in out and "requests never got their KV-cache memory" in out
     # nor does capacity count such a rate as held: the rate it reports must pass check
     code, out, err = run(capsys, "capacity", f, "--duration", 60, "--machines-file", machines, "--quiet")
-    held = float(out.split("holds at ")[1].split(",")[0])
+    held = float(out.split(": ")[1].split(" req/s")[0])
     assert code == 0 and held < 40, out + err
     assert run(capsys, "check", f, "--rps", held, "--duration", 60, "--machines-file", machines)[0] == 0
 
@@ -163,6 +162,15 @@ def test_find_capacity_bisection(limit, start):
                                       min_rate=0.1, max_rate=1e5)
     assert cap <= limit < fail and (fail - cap) <= 0.01 * cap
     assert len(trials) < 30
+
+
+def test_find_capacity_tries_rates_of_the_digits_the_precision_needs():
+    """Rates a user can pass to check --rps: 4 significant digits at 1%, 5 at 0.1%."""
+    for precision, digits in ((0.01, 4), (0.001, 5)):
+        cap, fail, trials = find_capacity(lambda r: _R(r <= 74.56789), start=61.0, precision=precision,
+                                          min_rate=0.1, max_rate=1e5)
+        assert cap <= 74.56789 < fail and (fail - cap) <= precision * cap
+        assert all(float(f"{rate:.{digits}g}") == rate for rate, _ in trials)
 
 
 def test_find_capacity_edges():

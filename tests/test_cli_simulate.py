@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -168,6 +169,49 @@ def test_output_path_is_a_directory(capsys, tmp_path):
                            "--csv", tmp_path))
 
 
+def test_an_output_never_overwrites_an_input(capsys, tmp_path):
+    """--json, --csv or --requests naming the trace, the SLO or machine file is refused before it is replaced."""
+    trace, slo = tmp_path / "t.csv", tmp_path / "s.toml"
+    load_workload("coding").generate(5, duration_s=10, seed=1).to_csv(trace)
+    slo.write_text((Path(__file__).parents[1] / "slos" / "paper.toml").read_text())
+    before = trace.read_bytes(), slo.read_bytes()
+    for args in (["--trace", trace, "--csv", trace], ["--trace", trace, "--requests", trace],
+                 ["--rps", 5, "--duration", 10, "--slo", slo, "--json", slo],
+                 ["--trace", trace, "--slo", slo, "--json", str(tmp_path / "." / "s.toml")]):
+        code, out, err = run(capsys, "simulate", "--design", "HH", "-p", 2, "-t", 1, "--method", "events",
+                             "--quiet", *args)
+        assert_user_error(code, out, err)
+        assert "writing it would replace that input" in err
+    assert (trace.read_bytes(), slo.read_bytes()) == before
+    code, out, err = run(capsys, "--goal", "min-cost", "--trace", trace, "--designs", "HH", "--csv", trace)
+    assert_user_error(code, out, err)
+    assert trace.read_bytes() == before[0]
+
+
+def test_an_output_path_ending_in_a_slash_names_a_folder(capsys, tmp_path):
+    """Path() drops the slash: "out/" once wrote a file named out."""
+    code, out, err = run(capsys, "simulate", "--design", "HH", "-p", 1, "-t", 1, "--rps", 5, *FAST,
+                         "--json", f"{tmp_path / 'out'}/")
+    assert_user_error(code, out, err)
+    assert "names a folder" in err and not (tmp_path / "out").exists()
+
+
+def test_model_and_machine_names_in_any_case(capsys, tmp_path):
+    cluster = tmp_path / "c.toml"
+    cluster.write_text('design = "HH"\nprompt_machines = 4\ntoken_machines = 2\nprompt_machine_type = "DGX-H100"\n'
+                       'model = "Llama2-70B"\n')
+    machines = tmp_path / "m.toml"
+    machines.write_text("[machines.DGX-H100]\ncost = 5.0\n")   # overrides the builtin dgx-h100's cost
+    code, out, err = run(capsys, "simulate", "--design", "hh", "-p", 4, "-t", 2, "--rps", 5, *FAST,
+                         "--model", "LLAMA2-70B", "--machines-file", machines, "--json", "-")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["model"] == "llama2-70b" and doc["cost"] == pytest.approx(6 * 5.0)
+    code, out, err = run(capsys, "check", cluster, "--rps", 5, "--duration", 20, "--json", "-")
+    assert code in (0, 1), err
+    assert json.loads(out)["inputs"]["model"] == "llama2-70b"
+
+
 # --- sweep -----------------------------------------------------------------------------------------
 
 def test_sweep_csv_json_plot(capsys, tmp_path):
@@ -221,6 +265,18 @@ def test_the_kv_transfer_is_an_input_of_every_report(capsys, tmp_path):
                          "--bandwidth", 12.5)
     assert code == 0, err
     assert json.loads(out)["inputs"]["kv_transfer"] == {"mode": "serialized", "bandwidth_gib_s": 12.5}
+
+
+def test_a_stopped_sweep_with_no_file_says_it_kept_nothing(capsys, monkeypatch):
+    import splitwise_plan.cli_simulate as cs
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cs, "run_grid", stop)
+    code, out, err = run(capsys, "sweep", "--design", "HH", "--prompt", "1:3", "--token", "1,2", "--rps", 5, *FAST,
+                         "--json", "-")
+    assert code != 0 and "stopped: nothing is kept" in err
 
 
 def test_sweep_json_stdout(capsys):

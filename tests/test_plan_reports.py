@@ -123,6 +123,26 @@ def test_json_to_stdout_instead_of_the_table(capsys):
     assert err == ""
 
 
+def test_a_plan_of_a_trace_reports_the_trace_not_the_generator_defaults(tmp_path):
+    from splitwise_plan.planner import plan_title
+    from splitwise_plan.workloads import load_workload
+    trace = tmp_path / "t.csv"
+    load_workload("coding").generate(8, duration_s=15, seed=3).to_csv(trace)
+    req = PlanRequest(goal="min-cost", trace=str(trace), designs=("HH",), confirm_method="fluid", jobs=1)
+    res = plan(req)
+    doc = plan_report(res)
+    assert doc["plan"]["workload"] is None and doc["plan"]["seed"] is None
+    assert doc["plan"]["duration"] == doc["inputs"]["duration_s"] < 15 + 1e-9
+    title = plan_title(req)
+    assert "trace" in title and "120 s" not in title and "seed" not in title
+
+
+def test_bare_json_prints_the_report_as_the_other_commands_do(capsys):
+    code, out, err = run(capsys, *QUICK, "--json")
+    assert code == 0, err
+    assert json.loads(out)["plan"]["winner"]
+
+
 @pytest.mark.parametrize("extra, needle", [
     (["--json", "{tmp}/no/such/dir/p.json"], "does not exist"),
     (["--csv", "{tmp}/no/such/dir/p.csv"], "does not exist"),
@@ -144,7 +164,7 @@ def test_bad_output_path_fails_before_planning(capsys, tmp_path, monkeypatch, ex
     (["--rps", "abc"], "--rps"),
     (["--goal"], "requires an argument"),
     (["--rps", "10", "--jsn", "x.json"], "No such option: --jsn"),
-    (["--rps", "10", "--json"], "requires an argument"),
+    (["--rps", "10", "--csv"], "requires an argument"),
 ])
 def test_root_option_errors_are_one_line(capsys, args, needle):
     code, out, err = run(capsys, *args)

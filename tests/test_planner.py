@@ -9,6 +9,9 @@ from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan import planner
 from splitwise_plan.planner import budget_points, gain_text, DesignPlan, Inputs
+from splitwise_plan.search import passes
+from splitwise_plan.simulator import Simulator
+from splitwise_plan.workloads import load_workload
 
 SMALL = dict(rps=10, duration=20, designs="HH,H100", jobs=1,
              limits=(("HH", 10, 6), ("H100", 20, 0)), search_method="fluid")
@@ -108,16 +111,28 @@ def test_max_throughput_tries_the_next_design_at_a_rate_before_lowering_it(monke
 
     def confirm(self, design, pt, rate, search_result=None):
         calls.append((rate, pt))
-        return len(calls) > 1, search_result, None
+        return len(calls) > 1 and rate <= calls[0][0], search_result, None   # and nothing above that rate
 
     monkeypatch.setattr(planner._Confirmer, "__call__", confirm)
     res = plan(goal="max-throughput", budget_power="20xH100", designs="HH", duration=10, jobs=1,
                rate_tol=1.0, search_method="fluid")
     d = res.get("HH")
-    (rate0, first), (rate1, second) = calls
+    (rate0, first), (rate1, second) = calls[:2]
     assert rate1 == rate0 == d.rate and second != first
+    assert all(rate > rate0 for rate, _ in calls[2:])   # then the rates above it (which fail here)
     assert (d.prompt, d.token) == second
     assert f"{rate0:g} req/s {first[0]}+{first[1]}" in d.note
+
+
+def test_max_throughput_answers_the_confirm_simulators_highest_rate():
+    """Within 40xH100, the fluid search holds Baseline-H100 at 55 req/s of coding (20 s) and fails 55.5,
+    while the discrete-event simulator holds 56 and fails 56.5: the answer is the latter's, as check says."""
+    res = plan(goal="max-throughput", budget_power="40xH100", designs="H100", duration=20, jobs=1)
+    d = res.get("H100")
+    sim = lambda rate: Simulator(load_workload("coding").generate(rate, duration_s=20.0, seed=0), method="events")
+    assert d.status == "ok" and d.prompt == 40
+    assert passes(sim(d.rate).run("H100", 40)) and not passes(sim(d.rate + 0.5).run("H100", 40))
+    assert d.rate == 56.0
 
 
 def test_budget_points_are_the_maximal_designs():
@@ -252,3 +267,10 @@ def test_a_design_whose_machines_cannot_hold_the_model_is_infeasible_and_the_oth
     assert hh.status == "infeasible" and "do not fit in the 304 GiB of HBM of dgx-h100" in hh.note
     assert hh.evaluations == 0 and hh.confirmations == 0
     assert a100.status == "ok" and res.winner == "baseline-a100"
+
+
+def test_goal_and_model_names_in_any_case():
+    req = PlanRequest(goal="MIN-COST", rps=10, model="BLOOM-176B", designs="HH")
+    assert (req.goal, req.model) == ("min-cost", "bloom-176b")
+    with pytest.raises(SplitwisePlanError, match="unknown model"):
+        PlanRequest(goal="min-cost", rps=10, model="bloom")

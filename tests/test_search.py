@@ -78,6 +78,25 @@ def test_capacity_bound_prunes_without_losing_the_optimum():
     assert a.evaluations <= b.evaluations
 
 
+def test_cheaper_than_bisects_what_the_sorted_grid_says():
+    """Per column, the token counts whose key is below a point's: as ranking the whole grid tells."""
+    for key in (cost_key(4.76, 2.21), cost_key(4.76, 4.76), cost_key(1.0, 0.0)):
+        space = Space((1, 12), (1, 9), key)
+        pts = sorted(((p, t) for p in range(1, 13) for t in range(1, 10)), key=lambda pt: key(*pt))
+        for best in pts[::7]:
+            below = set(pts[:pts.index(best)])
+            want = [max([t for q, t in below if q == p], default=0) for p in range(1, 13)]
+            assert space.cheaper_than(best).tolist() == want
+
+
+def test_a_grid_of_millions_of_points_is_searched_without_listing_it():
+    """At thousands of requests a second the planner's grid has millions of points: the walk must not
+    list them (a sorted list of 9 million points once took gigabytes and minutes)."""
+    space = Space((1, 3000), (1, 3000), cost_key(4.76, 2.21))
+    fr = frontier_search(Evaluator(run=oracle(lambda p, t: p >= 1500 and t >= 3100 - p)), space, batch=16)
+    assert fr.best == (1500, 1600) and fr.evaluations < 2000
+
+
 def test_excluded_points_count_as_failures():
     passes, pr, tr, cp, ct = SHAPES["HH-like"]
     space = Space(pr, tr, cost_key(cp, ct))
