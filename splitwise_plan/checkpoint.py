@@ -73,7 +73,7 @@ class Checkpoint:
         except OSError as exc:
             return {}, f"ignoring {self.path}: {exc.strerror or exc}"
         except UnicodeDecodeError:
-            return {}, f"ignoring {self.path}: it is not a sweep's checkpoint (not text); starting afresh"
+            return {}, self._set_aside("it is not a sweep's checkpoint (not text)")
         try:
             head = json.loads(lines[0]) if lines else {}
         except ValueError:
@@ -81,7 +81,7 @@ class Checkpoint:
         if not isinstance(head, dict):
             head = {}
         if head.get("format") != FORMAT or head.get("version") != VERSION or head.get("fingerprint") != self.digest:
-            return {}, f"ignoring {self.path}: it was made by a sweep with other inputs; starting afresh"
+            return {}, self._set_aside("it was made by a sweep with other inputs")
         done = {}
         for line in lines[1:]:
             try:
@@ -92,6 +92,16 @@ class Checkpoint:
                 continue
             done[(r.prompt_machines, r.token_machines)] = r
         return done, None
+
+    def _set_aside(self, why: str) -> str:
+        """Move a file that is not this sweep's checkpoint out of the way (to ``.old``), so that
+        starting afresh loses nothing another sweep kept there; the note that says so."""
+        old = self.path.with_name(self.path.name + ".old")
+        try:
+            os.replace(self.path, old)
+        except OSError:
+            return f"ignoring {self.path}: {why}; starting afresh over it"
+        return f"ignoring {self.path}: {why}; moved it to {old} and starting afresh"
 
     def start(self, kept: Iterable = ()) -> None:
         """Begin the file afresh: the header, then the results ``kept`` from an earlier run."""

@@ -57,10 +57,13 @@ def test_a_stopped_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path, monk
 def test_a_checkpoint_of_other_inputs_is_set_aside(tmp_path, capsys):
     out = tmp_path / "s.json"
     partial = tmp_path / "s.json.partial"
-    partial.write_text(json.dumps({"format": ck.FORMAT, "version": ck.VERSION, "fingerprint": "other"}) + "\n")
+    other = json.dumps({"format": ck.FORMAT, "version": ck.VERSION, "fingerprint": "other"}) + "\n"
+    partial.write_text(other)
     assert main(SWEEP + ["--json", str(out)]) == 0
-    assert "made by a sweep with other inputs; starting afresh" in capsys.readouterr().err
+    assert "made by a sweep with other inputs; moved it to" in capsys.readouterr().err
     assert len(json.loads(out.read_text())["results"]) == 6 and not partial.exists()
+    # the other sweep's points are not lost: they wait beside it, as .old
+    assert (tmp_path / "s.json.partial.old").read_text() == other
 
 
 def test_the_checkpoint_keeps_results_exactly_and_skips_a_torn_line(tmp_path):
