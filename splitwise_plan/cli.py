@@ -193,8 +193,10 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
     from .progress import progress
 
     # a bad output path fails now, not after the run
+    from .study import _sqlite_file
     _check_outputs(json_out, csv_out, plot, inputs=_input_files(
-        trace=req.trace, workload=req.workload, slo=req.slos, machines_file=req.machines_file, profiles=req.profiles))
+        trace=req.trace, workload=req.workload, slo=req.slos, machines_file=req.machines_file, profiles=req.profiles,
+        storage=_sqlite_file(req.storage)))
     n = len(req.designs)
     with progress(n, f"plan {req.goal}, {n} design{'s' if n > 1 else ''}", quiet=quiet) as bar:
         def done(dp) -> None:
@@ -306,7 +308,7 @@ def slos_cmd(
 @app.command("machines")
 def machines_cmd(
     machines: Optional[Path] = typer.Option(
-        None, "--machines", metavar="FILE", help="Machine TOML file overriding or extending the builtins."),
+        None, "--machines-file", "--machines", metavar="FILE", help="Machine TOML file overriding or extending the builtins."),
 ) -> None:
     """Show the machine types with GPUs, HBM, cost and provisioned power."""
     from .machines import GIB, load_machines
@@ -376,6 +378,6 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-# simulate, sweep, check and capacity live in their own module; importing it registers them on ``app``.
+# simulate, sweep, check and capacity live in their own module; importing it registers them on ``app``
+# (and, at its end, the worker command, which builds on it: either module may be imported first)
 from . import cli_simulate as _cli_simulate  # noqa: E402,F401
-from . import cli_worker as _cli_worker  # noqa: E402,F401  (the worker command)

@@ -38,9 +38,22 @@ MAX_STREAM_REQUESTS = 2_000_000  # capacity: stop raising the rate past this man
 PROBE_REQUESTS = 2_000  # capacity: requests of the stream its rate bound is estimated on
 
 
+OUTPUT_OPTIONS = ("--json", "--csv", "--plot", "--requests")
+
+
 def optional_values(args, options=("--json",)) -> list:
-    """Command-line ``args`` with ``-`` (standard output) after each of ``options`` given with no value."""
+    """Command-line ``args`` with ``-`` (standard output) after each of ``options`` given with no value.
+
+    An output path that ends in ``/`` names a folder: a user error here, before click makes it a
+    ``Path`` (which drops the slash, and the report would be written as a file of the folder's name).
+    """
     args, out = list(args), []
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if flag in OUTPUT_OPTIONS and value.endswith(("/", os.sep)) and len(value) > 1:
+            raise SplitwisePlanError(f"{flag} {value} names a folder (it ends with /); give a file name")
     for i, a in enumerate(args):
         out.append(a)
         if a in options:
@@ -731,11 +744,14 @@ def check_cmd(
         raise typer.Exit(code=1)
 
 
-def _round_rate(rate: float, digits: int) -> float:
-    """``rate`` to ``digits`` significant digits: the rates ``capacity`` tries are ones a user can type."""
+def _round_rate(rate: float, digits: int, how=round) -> float:
+    """``rate`` to ``digits`` significant digits (``how``: round, math.ceil or math.floor): the rates
+    ``capacity`` tries are ones a user can type."""
     if not math.isfinite(rate) or rate <= 0:
         return rate
-    return round(rate, digits - 1 - math.floor(math.log10(rate)))
+    places = digits - 1 - math.floor(math.log10(rate))
+    scaled = rate * 10.0 ** places
+    return round(how(round(scaled, 6)) / 10.0 ** places, max(places, 0))
 
 
 def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: float, max_rate: float,
@@ -749,6 +765,8 @@ def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: fl
     is its own stream, and near its limit a cluster's verdict can flip between nearby rates.
     """
     digits = 2 + max(0, math.ceil(-math.log10(precision)))
+    # the bounds too, inward: the answer is a rate of those digits even where a bound stops the search
+    min_rate, max_rate = _round_rate(min_rate, digits, math.ceil), _round_rate(max_rate, digits, math.floor)
     trials = []
 
     def ok(rate):
@@ -899,3 +917,6 @@ def capacity_cmd(
             typer.echo(f"capacity of {head}: {float(cap)!r} req/s (fails at {float(fail)!r}; {how})")
     if cap is None:
         raise typer.Exit(code=1)
+
+
+from . import cli_worker as _cli_worker  # noqa: E402,F401  (the worker command; it uses ReportCommand above)

@@ -99,6 +99,12 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
     tables = doc.get("machines", {})
     if not isinstance(tables, dict) or not tables:
         raise SplitwisePlanError(f"machine file {path} defines no [machines.NAME] table")
+    seen: dict = {}
+    for name in tables:   # names are matched in any case: two that differ only in case are one
+        other = seen.setdefault(str(name).lower(), name)
+        if other != name:
+            raise SplitwisePlanError(f"machine file {path}: [machines.{other}] and [machines.{name}] name one "
+                                     "machine (names are matched in any case); keep one")
     for name, spec in tables.items():
         where = f"machine file {path}, [machines.{name}]"
         if not isinstance(spec, dict):
@@ -109,9 +115,10 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
                 f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(MACHINE_KEYS)}")
         if "hbm_bytes_per_gpu" in spec and "hbm_gib_per_gpu" in spec:
             raise SplitwisePlanError(f"{where}: give hbm_bytes_per_gpu or hbm_gib_per_gpu, not both")
-        base = _builtin_named(machines, name)
-        if base is not None:   # DGX-H100 overrides dgx-h100: one machine, under its builtin name
-            name = base.name
+        builtin = _builtin_named(name)
+        if builtin is not None:   # DGX-H100 overrides dgx-h100: one machine, under its builtin name
+            name = builtin.name
+        base = machines.get(name)
         fields = {} if base is None else {
             "hardware": base.hardware, "gpus": base.gpus,
             "hbm_bytes_per_gpu": base.hbm_bytes_per_gpu, "cost": base.cost, "power": base.power}
@@ -140,10 +147,10 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
     return machines
 
 
-def _builtin_named(machines: dict, name: str):
-    """The machine ``name`` names, whatever its case, or None."""
+def _builtin_named(name: str):
+    """The builtin machine ``name`` names, whatever its case, or None."""
     try:
-        return by_name(machines, name)
+        return by_name(BUILTIN_MACHINES, name)
     except KeyError:
         return None
 

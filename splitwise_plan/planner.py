@@ -248,6 +248,7 @@ class PlanResult:
     gains: tuple[str, ...]
     search_method: str
     seconds: float
+    trace_s: float | None = None        # the replayed trace's duration (None: a generated stream)
 
     @property
     def evaluations(self) -> int:
@@ -270,7 +271,7 @@ class PlanResult:
 
     def to_dict(self) -> dict:
         r = self.request
-        workload, duration, seed = _stream_of(r)
+        workload, duration, seed = _stream_of(r, self.trace_s)
         return {"goal": r.goal, "rps": r.rps, "budget_power": r.budget_power, "budget_cost": r.budget_cost,
                 "model": r.model, "workload": workload, "trace": r.trace, "duration": duration,
                 "seed": seed, "seeds": r.seeds if r.trace is None else 1, "tp": r.tp, "strategy": r.strategy,
@@ -830,7 +831,8 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         """Record a rejected point; True once the rate has had its tries (then it counts as failed):
         the search method's second choice at a rate often holds where its first did not."""
         refused.setdefault(k, set()).add(pt)
-        rejected.append(f"{k * tol:g} req/s {pt[0]}+{pt[1]}")
+        if k <= lo_k:   # above the search's highest rate, a failure is the oracle's limit, not a rejection
+            rejected.append(f"{k * tol:g} req/s {pt[0]}+{pt[1]}")
         return len(refused[k]) >= _TRIES_PER_RATE
 
     # The confirm simulator may hold less than the search simulator: gallop down from the
@@ -888,7 +890,12 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
             bad_k = k
     if good is not None:
         k, pt, worst = good
-        note = f"search rate {lo_k * tol:g} req/s; confirmation rejected {', '.join(rejected)}" if rejected else ""
+        notes = [f"search rate {lo_k * tol:g} req/s"] if rejected or k != lo_k else []
+        if rejected:
+            notes.append(f"confirmation rejected {', '.join(rejected)}")
+        if k > lo_k:
+            notes.append(f"the confirm simulator holds {k * tol:g} and fails {bad_k * tol:g} req/s")
+        note = "; ".join(notes)
         return DesignPlan(status="ok", prompt=pt[0], token=pt[1], cost=worst.cost, power=worst.power,
                           rate=float(k * tol), result=worst, bound=r_hi, evaluations=evals,
                           confirmations=confirm.runs, candidates=len(pts), seconds=time.perf_counter() - t0,
@@ -1071,7 +1078,8 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
     ranked = tuple(sorted((by_name[n] for n in req.designs), key=_rank_key(req.goal)))
     winner = ranked[0] if ranked and ranked[0].status == "ok" else None
     return PlanResult(req, ranked, winner.design if winner else None, _gains(ranked, winner, req.goal),
-                      method, time.perf_counter() - t0)
+                      method, time.perf_counter() - t0,
+                      trace_s=inputs.trace.duration_s if inputs.trace is not None else None)
 
 
 # --- rendering ---------------------------------------------------------------------------
@@ -1079,17 +1087,18 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
 SLO_COLUMNS = tuple((m, p) for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99))
 
 
-def plan_title(req: PlanRequest) -> str:
-    """What was planned, in one line: the goal, the rate or budget, the model and the stream."""
+def plan_title(req: PlanRequest, trace_s: float | None = None) -> str:
+    """What was planned, in one line: the goal, the rate or budget, the model and the stream
+    (``trace_s``: the replayed trace's duration, if known)."""
     if req.goal == "max-throughput":
         kind = req.objective
         spec = req.budget_power if kind == "power" else req.budget_cost
         title = f"max-throughput within {kind} budget {spec}"
     else:
-        rate = f"{req.rps:g} req/s" if req.rps is not None else f"trace {req.trace}"
+        rate = f"{req.rps:g} req/s" if req.rps is not None else "the trace's rate"
         title = f"{req.goal} at {rate}"
-    workload, duration, seed = _stream_of(req)
-    stream = f"{workload}, {duration:g} s, seed {seed}" if req.trace is None else f"{duration:g} s of trace"
+    workload, duration, seed = _stream_of(req, trace_s)
+    stream = f"{workload}, {duration:g} s, seed {seed}" if req.trace is None else f"trace {req.trace}, {duration:g} s"
     return (f"{title} - {req.model}, {stream}"
             + (f" (worst of {req.seeds} seeds)" if req.seeds > 1 and req.trace is None else "")
             + ("" if req.scheduler.is_reference else f", {req.scheduler.describe()}"))
@@ -1102,7 +1111,7 @@ def render(result: PlanResult, console=None) -> None:
 
     con = console or Console()
     req = result.request
-    table = Table(title=f"splitwise-plan: {plan_title(req)}")
+    table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s)}")
     cols = ["#", "design", "prompt", "token"]
     if req.goal == "max-throughput":
         cols.append("req/s")
@@ -1164,12 +1173,14 @@ def _evaluated_budget(cache: dict) -> tuple:
     return tuple(row for rate in sorted(cache) for row in _evaluated(cache[rate][0], rate))
 
 
-def _stream_of(req: PlanRequest) -> tuple:
+def _stream_of(req: PlanRequest, trace_s: float | None = None) -> tuple:
     """(workload, duration in seconds, seed) of the stream a plan ran on: a replayed trace has no
-    workload and no seed, and lasts as long as it does (not ``--duration``)."""
+    workload and no seed, and lasts as long as it does (``trace_s``, else read from the file)."""
     if req.trace:
-        from .workloads import load_trace
-        return None, load_trace(req.trace).duration_s, None
+        if trace_s is None:
+            from .workloads import load_trace
+            trace_s = load_trace(req.trace).duration_s
+        return None, trace_s, None
     return req.workload, req.duration, req.seed
 
 
@@ -1193,7 +1204,8 @@ def plan_inputs(result: PlanResult) -> dict:
                    machines_file=req.machines_file, machines=load_machines(req.machines_file),
                    profiles_file=req.profiles, method=result.search_method, confirm_method=req.confirm_method,
                    goal=req.goal, budget_power=req.budget_power, budget_cost=req.budget_cost,
-                   designs=list(req.designs), seeds=req.seeds, strategy=req.strategy, margin=req.margin,
+                   designs=list(req.designs), seeds=1 if req.trace else req.seeds, strategy=req.strategy,
+                   margin=req.margin,
                    kv_transfer=req.scheduler.kv_transfer())
 
 
@@ -1251,7 +1263,7 @@ def write_reports(result: PlanResult, *, json_path=None, csv_path=None, plot_pat
     if plot_path is not None:
         from .plots import write_plot
         written.append(write_plot(plot_path, designs=comparison(result),
-                                  title=f"splitwise-plan: {plan_title(result.request)}"))
+                                  title=f"splitwise-plan: {plan_title(result.request, result.trace_s)}"))
     if json_path is not None:
         written.append(write_json(json_path, plan_report(result)))
     return written

@@ -879,14 +879,14 @@ def prepare(req, design: str, n_trials: int = 24) -> str:
 
 def _sqlite_file(url: str | None) -> str | None:
     """The database file of an SQLite storage URL (None for another kind of storage, or no URL)."""
-    url = normalize_storage(url)
-    if not url or not url.startswith("sqlite:"):
-        return None
     from sqlalchemy.engine import make_url
     try:
-        return make_url(url).database or ":memory:"
-    except Exception:  # noqa: BLE001 - a malformed URL: open_storage says what is wrong
+        u = make_url(normalize_storage(url))
+    except Exception:  # noqa: BLE001 - no URL, or a malformed one: open_storage says what is wrong
         return None
+    if u.get_backend_name() != "sqlite":   # sqlite:// and sqlite+pysqlite:// alike
+        return None
+    return u.database or ":memory:"
 
 
 def study_names(url: str | None, name: str | None = None) -> list[str]:

@@ -173,6 +173,14 @@ def test_find_capacity_tries_rates_of_the_digits_the_precision_needs():
         assert all(float(f"{rate:.{digits}g}") == rate for rate, _ in trials)
 
 
+def test_find_capacity_rounds_its_bounds_inward():
+    """A bound that stops the search (100 requests in 7 s, or the capacity model's top) is a rate of the digits too."""
+    cap, fail, _ = find_capacity(lambda r: _R(True), start=4, min_rate=1 / 7, max_rate=12345.678901)
+    assert cap == 12340.0 and fail is None
+    cap, fail, _ = find_capacity(lambda r: _R(False), start=40, min_rate=100 / 7, max_rate=1e5)
+    assert cap is None and fail == 14.29
+
+
 def test_find_capacity_edges():
     cap, fail, _ = find_capacity(lambda r: _R(False), start=4, min_rate=0.5, max_rate=100)
     assert cap is None and fail == 0.5

@@ -185,13 +185,18 @@ def test_an_output_never_overwrites_an_input(capsys, tmp_path):
     assert (trace.read_bytes(), slo.read_bytes()) == before
     code, out, err = run(capsys, "--goal", "min-cost", "--trace", trace, "--designs", "HH", "--csv", trace)
     assert_user_error(code, out, err)
-    assert trace.read_bytes() == before[0]
+    assert "writing it would replace that input" in err and trace.read_bytes() == before[0]
 
 
-def test_an_output_path_ending_in_a_slash_names_a_folder(capsys, tmp_path):
+@pytest.mark.parametrize("flag", ["--json", "--csv", "--requests", "--json={}", "--csv={}"])
+def test_an_output_path_ending_in_a_slash_names_a_folder(capsys, tmp_path, flag):
     """Path() drops the slash: "out/" once wrote a file named out."""
-    code, out, err = run(capsys, "simulate", "--design", "HH", "-p", 1, "-t", 1, "--rps", 5, *FAST,
-                         "--json", f"{tmp_path / 'out'}/")
+    folder = f"{tmp_path / 'out'}/"
+    args = [flag.format(folder)] if "=" in flag else [flag, folder]
+    code, out, err = run(capsys, "simulate", "--design", "HH", "-p", 1, "-t", 1, "--rps", 5, *FAST, *args)
+    assert_user_error(code, out, err)
+    assert "names a folder" in err and not (tmp_path / "out").exists()
+    code, out, err = run(capsys, "--rps", 5, "--designs", "HH", "--duration", 5, *args)   # the planner too
     assert_user_error(code, out, err)
     assert "names a folder" in err and not (tmp_path / "out").exists()
 
@@ -210,6 +215,13 @@ def test_model_and_machine_names_in_any_case(capsys, tmp_path):
     code, out, err = run(capsys, "check", cluster, "--rps", 5, "--duration", 20, "--json", "-")
     assert code in (0, 1), err
     assert json.loads(out)["inputs"]["model"] == "llama2-70b"
+    # two tables that differ only in case would be one machine: refused, not merged
+    machines.write_text("[machines.mybox]\nhardware = 'h100-80gb'\ngpus = 8\nhbm_gib_per_gpu = 80\ncost = 1\n"
+                        "power = 1\n[machines.MyBox]\ncost = 2\n")
+    code, out, err = run(capsys, "simulate", "--design", "HH", "-p", 4, "-t", 2, "--rps", 5, *FAST,
+                         "--machines-file", machines)
+    assert_user_error(code, out, err)
+    assert "name one machine" in err
 
 
 # --- sweep -----------------------------------------------------------------------------------------

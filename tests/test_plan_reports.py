@@ -134,7 +134,8 @@ def test_a_plan_of_a_trace_reports_the_trace_not_the_generator_defaults(tmp_path
     assert doc["plan"]["workload"] is None and doc["plan"]["seed"] is None
     assert doc["plan"]["duration"] == doc["inputs"]["duration_s"] < 15 + 1e-9
     title = plan_title(req)
-    assert "trace" in title and "120 s" not in title and "seed" not in title
+    assert str(trace) in title and "120 s" not in title and "seed" not in title
+    assert plan_title(req, res.trace_s) == title
 
 
 def test_bare_json_prints_the_report_as_the_other_commands_do(capsys):

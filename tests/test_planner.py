@@ -133,6 +133,7 @@ def test_max_throughput_answers_the_confirm_simulators_highest_rate():
     assert d.status == "ok" and d.prompt == 40
     assert passes(sim(d.rate).run("H100", 40)) and not passes(sim(d.rate + 0.5).run("H100", 40))
     assert d.rate == 56.0
+    assert d.note == "search rate 55 req/s; the confirm simulator holds 56 and fails 56.5 req/s"
 
 
 def test_budget_points_are_the_maximal_designs():

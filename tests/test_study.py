@@ -380,6 +380,9 @@ def test_cli_worker_errors(tmp_path):
     # no such file: said, and not created (an empty database a planner would never find)
     one_line_error(runner.invoke(app, ["worker", "--storage", url, "--study", "nope"]), "no such database file")
     assert not (tmp_path / "p.db").exists()
+    one_line_error(runner.invoke(app, ["worker", "--storage", f"sqlite+pysqlite:///{tmp_path / 'p.db'}"]),
+                   "no such database file")
+    assert not (tmp_path / "p.db").exists()
     st.check_storage(url)   # a planner's storage, with no such study
     one_line_error(runner.invoke(app, ["worker", "--storage", url, "--study", "nope"]), "no study 'nope'")
     one_line_error(runner.invoke(app, ["worker", "--storage", "memory"]), "persistent --storage")
