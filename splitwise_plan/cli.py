@@ -191,12 +191,12 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
     from .cli_simulate import STDOUT, _check_outputs, _input_files, _note, _print_json
     from .planner import plan, plan_report, render, write_reports
     from .progress import progress
+    from .study import sqlite_file
 
     # a bad output path fails now, not after the run
-    from .study import _sqlite_file
     _check_outputs(json_out, csv_out, plot, inputs=_input_files(
         trace=req.trace, workload=req.workload, slo=req.slos, machines_file=req.machines_file, profiles=req.profiles,
-        storage=_sqlite_file(req.storage)))
+        storage=sqlite_file(req.storage)))
     n = len(req.designs)
     with progress(n, f"plan {req.goal}, {n} design{'s' if n > 1 else ''}", quiet=quiet) as bar:
         def done(dp) -> None:

@@ -904,11 +904,11 @@ def capacity_cmd(
         failed = results_by_rate[fail][0] if fail is not None else None
         if failed is not None and failed.slo_met and failed.completed < failed.requests:   # not the SLOs: memory
             n = failed.requests - failed.completed
-            how += (f"; at {fail:.4g} req/s the SLOs hold but {n:,} request{'s' if n > 1 else ''} never got "
+            how += (f"; at {float(fail)!r} req/s the SLOs hold but {n:,} request{'s' if n > 1 else ''} never got "
                     f"{'their' if n > 1 else 'its'} KV-cache memory")
         if cap is None:
             short = (f"; {MIN_STREAM_REQUESTS} requests in {duration:g} s is the lowest rate tried: a longer "
-                     "--duration tries lower ones" if fail <= min_rate * (1 + 1e-9) else "")
+                     "--duration tries lower ones" if fail < min_rate * 1.001 else "")
             typer.echo(f"capacity of {head}: none; the SLOs fail even at {float(fail)!r} req/s ({how}){short}")
         elif fail is None:
             typer.echo(f"capacity of {head}: at least {float(cap)!r} req/s (the largest rate tried; {how})")

@@ -877,7 +877,7 @@ def prepare(req, design: str, n_trials: int = 24) -> str:
 
 # --- workers ------------------------------------------------------------------------------
 
-def _sqlite_file(url: str | None) -> str | None:
+def sqlite_file(url: str | None) -> str | None:
     """The database file of an SQLite storage URL (None for another kind of storage, or no URL)."""
     from sqlalchemy.engine import make_url
     try:
@@ -946,7 +946,7 @@ def run_worker(url: str, name: str | None = None, *, trials: int | None = None, 
     if batch is not None and (isinstance(batch, bool) or int(batch) < 1):
         raise SplitwisePlanError(f"--batch must be a positive integer, got {batch!r}")
     deadline = time.monotonic() + max(0.0, float(wait_s))
-    db = _sqlite_file(url)
+    db = sqlite_file(url)
     while db not in (None, ":memory:") and not os.path.isfile(db):   # opening it would create it, empty
         if time.monotonic() >= deadline:
             raise SplitwisePlanError(f"--storage {redact(normalize_storage(url))}: no such database file {db}; a "

@@ -196,3 +196,10 @@ def test_examples_ship_a_valid_cluster_and_ci_job():
     yaml = pytest.importorskip("yaml")
     job = yaml.safe_load(ci)
     assert "check" in job["jobs"]
+
+
+def test_capacity_of_a_cluster_that_holds_no_rate_points_to_a_longer_duration(capsys, write):
+    """10 requests in 3 s (3.334 req/s, rounded up to the digits it tries) is the lowest rate tried."""
+    code, out, err = run(capsys, "capacity", write("tiny.toml", TINY), "--duration", 3, "--method", "events", "--quiet")
+    assert code == 1, out + err
+    assert "none; the SLOs fail even at 3.334 req/s" in out and "is the lowest rate tried" in out
