@@ -843,20 +843,29 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
     bad_k = lo_k + 1 if lo_k > 0 else 0
     k = lo_k
     rejected: list = []
-    while k > 0 and attempts < req.max_confirm:
+
+    def attempt(k: int) -> str:
+        """Confirm the best point left at rate step k: "held" (then ``good`` is it), "empty" (no
+        point left there), "failed" (the rate's tries are spent) or "again" (rejected; another may hold)."""
+        nonlocal good, attempts
         pt, res = best_at(k)
         if pt is None:
-            bad_k, k = k, k - 1
-            continue
+            return "empty"
         ok, worst, _ = confirm(d.name, pt, k * tol, res)
         attempts += 1
         if ok:
             good = (k, pt, worst)
+            return "held"
+        return "failed" if refuse(k, pt) else "again"
+
+    while k > 0 and attempts < req.max_confirm:
+        outcome = attempt(k)
+        if outcome == "held":
             break
-        if refuse(k, pt):
-            bad_k = k
-            k = max(0, k - step)
-            step *= 2
+        if outcome == "empty":
+            bad_k, k = k, k - 1
+        elif outcome == "failed":
+            bad_k, k, step = k, max(0, k - step), step * 2
     if good is not None and good[0] == lo_k:
         # the search's highest rate holds: gallop up with the confirm simulator (steps 1, 2, 4, ...)
         # until a rate fails, so that the answer is its optimum and not the search's (the baselines'
@@ -864,29 +873,16 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         step, bad_k = 1, None
         while bad_k is None and attempts < req.max_confirm:
             k = good[0] + step
-            pt, res = best_at(k)
-            if pt is None:
-                bad_k = k
-                break
-            ok, worst, _ = confirm(d.name, pt, k * tol, res)
-            attempts += 1
-            if ok:
-                good, step = (k, pt, worst), step * 2
-            elif refuse(k, pt):
+            outcome = attempt(k)
+            if outcome == "held":
+                step *= 2
+            elif outcome != "again":
                 bad_k = k
         if bad_k is None:   # out of confirmations: the highest rate held is the answer
             bad_k = good[0] + 1
     while good is not None and bad_k - good[0] > 1 and attempts < req.max_confirm:
         k = (good[0] + bad_k) // 2
-        pt, res = best_at(k)
-        if pt is None:
-            bad_k = k
-            continue
-        ok, worst, _ = confirm(d.name, pt, k * tol, res)
-        attempts += 1
-        if ok:
-            good = (k, pt, worst)
-        elif refuse(k, pt):
+        if attempt(k) in ("empty", "failed"):
             bad_k = k
     if good is not None:
         k, pt, worst = good
