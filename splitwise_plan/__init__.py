@@ -27,9 +27,11 @@ __all__ = [
 
 # The planner (issue 4): ``from splitwise_plan import plan`` for notebooks.
 from .budget import parse_budget  # noqa: E402
-from .planner import DesignPlan, PlanRequest, PlanResult, plan, render as render_plan  # noqa: E402
+from .planner import (DesignPlan, PlanRequest, PlanResult, plan, plan_report,  # noqa: E402
+                      render as render_plan, write_reports)
 from .cluster import SchedulerConfig  # noqa: E402
 from .simulator import SimulationResult, Simulator  # noqa: E402
 
-__all__ += ["plan", "PlanRequest", "PlanResult", "DesignPlan", "render_plan", "parse_budget",
+__all__ += ["plan", "PlanRequest", "PlanResult", "DesignPlan", "render_plan", "plan_report", "write_reports",
+            "parse_budget",
             "Simulator", "SimulationResult", "SchedulerConfig"]

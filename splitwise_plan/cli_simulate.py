@@ -321,33 +321,16 @@ def _is_stdout(path) -> bool:
 def _check_outputs(json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path] = None,
                    requests: Optional[Path] = None, inputs: Optional[dict] = None) -> None:
     """Fail now, with one line, on an output path that could not be written, that two outputs share,
-    or that names one of the command's ``inputs`` ({option: path}): writing it would destroy that input."""
-    from .reports import check_writable
-    files = {"--json": json_out, "--csv": csv_out, "--plot": plot, "--requests": requests}
-    seen: dict = {os.path.realpath(Path(str(v)).expanduser()): k for k, v in (inputs or {}).items()
-                  if v is not None and os.path.isfile(Path(str(v)).expanduser())}
-    reads = set(seen.values())
+    that is standard output twice, or that names one of the command's ``inputs`` ({option: path})."""
+    from .reports import check_outputs
+    files = {"--json": None if json_out == STDOUT else json_out, "--csv": csv_out, "--plot": plot,
+             "--requests": requests}
     for flag, p in files.items():
-        if p is None or (flag == "--json" and p == STDOUT):
-            continue
-        if str(p) == STDOUT:
+        if p is not None and str(p) == STDOUT:
             raise SplitwisePlanError(f"{flag} needs a file name: '-' (standard output) is for --json only")
-        key = os.path.realpath(Path(p).expanduser())
-        if key in seen and seen[key] in reads:
-            raise SplitwisePlanError(f"{flag} {p} is the file {seen[key]} reads: writing it would replace that input")
-        if key in seen:
-            raise SplitwisePlanError(f"{seen[key]} and {flag} name the same file {p}: give each its own")
-        if json_out == STDOUT and _is_stdout(p):
+        if p is not None and json_out == STDOUT and _is_stdout(p):
             raise SplitwisePlanError(f"--json - and {flag} {p} both write to standard output: give {flag} a file")
-        seen[key] = flag
-    _json_target(json_out)
-    if csv_out is not None:
-        check_writable(csv_out, "CSV report")
-    if requests is not None:
-        check_writable(requests, "per-request CSV")
-    if plot is not None:
-        from .plots import check_plot_path
-        check_plot_path(plot)
+    check_outputs(files, inputs)
 
 
 def _input_files(**options) -> dict:

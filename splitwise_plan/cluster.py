@@ -5,7 +5,9 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass, field
 
-from .errors import SplitwisePlanError, whole_number
+import numpy as np
+
+from .errors import SplitwisePlanError, positive_number, whole_number
 from .latency_model import LatencyModel
 from .machines import Machine
 from .models import ModelSpec, check_fits
@@ -27,6 +29,18 @@ class SchedulerConfig:
     layerwise_transfer: bool = False      # overlap the transfer with the prompt compute (10x bandwidth)
     flow_retry_s: float = 1.0             # a transfer waits this long when the token machine is full
     mixed_pool: bool = True               # borrow machines across pools when one is overloaded
+
+    def __post_init__(self) -> None:
+        """Whole numbers and positive rates, as plain Python values, or a user error naming the field."""
+        for name, least in (("max_batch_tokens", 1), ("max_batch_size", 1), ("max_preemptions", 0),
+                            ("prompt_max_pending_tokens", 1)):
+            object.__setattr__(self, name, whole_number(getattr(self, name), f"SchedulerConfig.{name}", least))
+        for name in ("transfer_bandwidth_bytes_s", "flow_retry_s"):
+            object.__setattr__(self, name, positive_number(getattr(self, name), f"SchedulerConfig.{name}"))
+        for name in ("layerwise_transfer", "mixed_pool"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise SplitwisePlanError(f"SchedulerConfig.{name} must be True or False, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, bool(getattr(self, name)))
 
     @classmethod
     def with_transfer(cls, transfer: str = "serialized", bandwidth_gib_s: float = 200.0) -> "SchedulerConfig":

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cluster import Cluster
+from .cluster import Cluster, SchedulerConfig
+from .errors import SplitwisePlanError
 from .latency_model import MIXED_BATCH_FACTOR
 
 _RING_S = 0.25         # time resolution of the per-machine release ring
@@ -59,6 +60,7 @@ _DECODE_SLOTS = 16      # decodes tracked per baseline machine at first (doubled
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 _CHECK = 256            # requests between two verdict checks
 _POPCOUNT = getattr(np, "bitwise_count", None)   # numpy >= 2.0: counts decode slots fast (see _count)
+_REFERENCE_ONLY = ("max_batch_size", "max_preemptions", "flow_retry_s")   # scheduler fields it does not model
 _BUSY_BLOCK = 32        # designs whose decode waits are solved together (memory grows with it)
 _RUN_WINDOW = 32        # buckets ahead (8 s) searched for the end of a decode run (a multiple of _BLOCK)
 
@@ -117,6 +119,11 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
     for c in clusters:
         if c.is_baseline != first.is_baseline or c.model != first.model or c.scheduler != first.scheduler:
             raise ValueError("simulate_fluid batches clusters of one kind (Splitwise or baseline), model and scheduler")
+    fixed = [f for f in _REFERENCE_ONLY if getattr(first.scheduler, f) != getattr(SchedulerConfig(), f)]
+    if fixed:   # it would silently keep the reference's values
+        raise SplitwisePlanError(f"the fluid model keeps the reference's {', '.join(fixed)} (a decode batch is bounded by "
+                                 "memory, a mixed batch has no preemption limit, a transfer never waits for memory); "
+                                 "simulate with the events method to change them")
     outs = []
     size = pass_size(len(clusters), len(stream.arrival_s), machines=max(c.n_instances for c in clusters))
     for lo in range(0, len(clusters), size):   # bounded memory: designs x requests arrays per pass

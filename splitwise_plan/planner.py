@@ -105,6 +105,13 @@ class PlanRequest:
         if isinstance(self.goal, str) and self.goal.lower() in GOALS:   # MIN-COST is min-cost
             object.__setattr__(self, "goal", self.goal.lower())
         object.__setattr__(self, "model", get_model(self.model).name)   # as the profiles spell it
+        for name in ("workload", "trace", "slos", "machines_file", "profiles"):   # reports serialize them
+            if isinstance(getattr(self, name), os.PathLike):
+                object.__setattr__(self, name, os.fspath(getattr(self, name)))
+        for name in ("budget_power", "budget_cost"):   # a numpy number is a plain one
+            v = getattr(self, name)
+            if isinstance(v, numbers.Real) and not isinstance(v, bool) and type(v) not in (int, float):
+                object.__setattr__(self, name, float(v))
         if self.goal not in GOALS:
             raise SplitwisePlanError(f"goal {self.goal!r} is unknown; valid: {', '.join(GOALS)}")
         if self.goal == "max-throughput":
@@ -202,10 +209,20 @@ class DesignPlan:
     confirmations: int = 0          # simulations by the confirm method
     grid_size: int = 0
     candidates: int = 0
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, compare=False)
     note: str = ""
     #: ((rate, SimulationResult), ...): every point the search method simulated (the CSV report's rows)
     evaluated: tuple = field(default=(), repr=False, compare=False)
+
+    def __eq__(self, other) -> bool:
+        """Equal answers (NaN equals NaN here, and the time taken does not count)."""
+        if not isinstance(other, DesignPlan):
+            return NotImplemented
+        mine, theirs = self.to_dict(), other.to_dict()
+        mine.pop("seconds"), theirs.pop("seconds")
+        return mine == theirs
+
+    __hash__ = None   # a result holds dicts
 
     @property
     def machines(self) -> int:
@@ -247,7 +264,7 @@ class PlanResult:
     winner: str | None
     gains: tuple[str, ...]
     search_method: str
-    seconds: float
+    seconds: float = field(compare=False)
     trace_s: float | None = None        # the replayed trace's duration (None: a generated stream)
 
     @property
@@ -1250,9 +1267,15 @@ def comparison(result: PlanResult) -> list[dict]:
 
 
 def write_reports(result: PlanResult, *, json_path=None, csv_path=None, plot_path=None) -> list:
-    """Write the JSON, CSV and plot reports of a plan (each atomically); return the paths written."""
-    from .reports import write_csv, write_json
+    """Write the JSON, CSV and plot reports of a plan (each atomically); return the paths written.
 
+    The paths are checked first, as the command line does: a bad one writes nothing."""
+    from .reports import check_outputs, write_csv, write_json
+
+    req = result.request
+    check_outputs({"json_path": json_path, "csv_path": csv_path, "plot_path": plot_path},
+                  {"trace": req.trace, "workload": req.workload, "slos": req.slos,
+                   "machines_file": req.machines_file, "profiles": req.profiles})
     written = []
     if csv_path is not None:
         written.append(write_csv(csv_path, csv_rows(result)))

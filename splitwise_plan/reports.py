@@ -50,6 +50,35 @@ def machine_counts(prompt: int, token: int) -> str:
     return plural(prompt, "machine")
 
 
+# the outputs, by option of the command line and argument of the API
+_OUTPUT_KINDS = {"--json": "JSON report", "--csv": "CSV report", "--plot": "plot", "--requests": "per-request CSV",
+                 "json_path": "JSON report", "csv_path": "CSV report", "plot_path": "plot"}
+
+
+def check_outputs(outputs: Mapping, inputs: Mapping | None = None) -> None:
+    """Before anything is written: every output ({option: path or None}) writable, no two of them one
+    file, and none of them a file of ``inputs`` ({option: path}) that writing it would destroy."""
+    seen = {os.path.realpath(Path(os.fspath(v)).expanduser()): k for k, v in (inputs or {}).items()
+            if v is not None and os.path.isfile(Path(os.fspath(v)).expanduser())}
+    reads = set(seen.values())
+    for flag, p in outputs.items():
+        if p is None:
+            continue
+        if not isinstance(p, (str, os.PathLike)):
+            raise SplitwisePlanError(f"{flag} must be a file path, got {p!r}")
+        key = os.path.realpath(Path(p).expanduser())
+        if seen.get(key) in reads:
+            raise SplitwisePlanError(f"{flag} {p} is the file {seen[key]} reads: writing it would replace that input")
+        if key in seen:
+            raise SplitwisePlanError(f"{seen[key]} and {flag} name the same file {p}: give each its own")
+        seen[key] = flag
+        if _OUTPUT_KINDS.get(flag) == "plot":
+            from .plots import check_plot_path
+            check_plot_path(p)
+        else:
+            check_writable(p, _OUTPUT_KINDS.get(flag, "output"))
+
+
 def check_writable(path: str | Path, what: str = "output") -> Path:
     """Fail early, with one line, when ``path`` cannot be written (before any long run)."""
     p = Path(path).expanduser()

@@ -13,7 +13,7 @@ import copy
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from .designs import Design, get_design
 from .errors import SplitwisePlanError, choices, whole_number
 from .machines import BUILTIN_MACHINES, Machine
 from .metrics import PERCENTILES, request_latencies, percentiles
-from .models import BUILTIN_MODELS, ModelSpec
+from .models import BUILTIN_MODELS, ModelSpec, get_model
 from .profiles import ProfileSet
 from .slos import SLOSet, load_slos, reference_latencies
 from .workloads import RequestStream
@@ -67,6 +67,14 @@ class SimulationResult:
     @property
     def machines(self) -> int:
         return self.prompt_machines + self.token_machines
+
+    def __eq__(self, other) -> bool:
+        """Equal results (NaN equals NaN here: a baseline has no token pool to be busy)."""
+        if not isinstance(other, SimulationResult):
+            return NotImplemented
+        return self.to_dict() == other.to_dict() and self.tightest == other.tightest
+
+    __hash__ = None   # a result holds dicts
 
     def to_dict(self) -> dict:
         """The stable JSON schema of ``splitwise-plan simulate --json``."""
@@ -126,9 +134,9 @@ def _num(v):
 
 def _check_method(method) -> str:
     """``method`` if it names a simulator, else a user error."""
-    if not isinstance(method, str) or method not in METHODS:
+    if not isinstance(method, str) or method.lower() not in METHODS:
         raise SplitwisePlanError(f"simulation method {method!r} is unknown; valid: {choices(METHODS)}")
-    return method
+    return method.lower()
 
 
 def _point(pt, least: int, most: int, shape: str) -> tuple:
@@ -150,9 +158,11 @@ class Simulator:
                  machines: dict[str, Machine] | None = None, slos: SLOSet | None = None,
                  scheduler: SchedulerConfig | None = None, method: str = "fluid",
                  stop_early: bool = False) -> None:
-        _check_method(method)
-        if not isinstance(model, str) or model not in BUILTIN_MODELS:
-            raise SplitwisePlanError(f"model {model!r} is unknown; valid: {choices(BUILTIN_MODELS)}")
+        method = _check_method(method)
+        model = get_model(model).name   # BLOOM-176B is bloom-176b
+        if machines is not None and (not isinstance(machines, Mapping)
+                                     or not all(isinstance(m, Machine) for m in machines.values())):
+            raise SplitwisePlanError(f"machines must map names to Machine (see load_machines), got {machines!r:.80}")
         for value, kind, what in ((stream, RequestStream, "stream"), (profiles, ProfileSet, "profiles"),
                                   (slos, SLOSet, "slos"), (scheduler, SchedulerConfig, "scheduler")):
             if not isinstance(value, kind) and (value is not None or what == "stream"):

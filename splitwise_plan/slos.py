@@ -8,6 +8,7 @@ hold strictly below its limit, as in the reference's ``find_within_slo``.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,10 +46,10 @@ class SLO:
         if self.unit not in UNITS:
             raise SplitwisePlanError(f"unknown SLO unit {self.unit!r} for {self.metric}; valid: {', '.join(UNITS)}")
         p = self.percentile
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p < 100:
+        if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real) or not 0 < p < 100:
             raise SplitwisePlanError(f"SLO percentile for {self.metric} must be between 0 and 100 (exclusive), got {p!r}")
         lim = self.limit
-        if isinstance(lim, bool) or not isinstance(lim, (int, float)) or not math.isfinite(lim) or lim <= 0:
+        if isinstance(lim, (bool, np.bool_)) or not isinstance(lim, numbers.Real) or not math.isfinite(lim) or lim <= 0:
             raise SplitwisePlanError(f"SLO limit for {self.metric} P{p} must be a positive number, got {lim!r}")
         object.__setattr__(self, "percentile", _pct(p))
         object.__setattr__(self, "limit", float(lim))

@@ -21,7 +21,6 @@ def sim():
 
 
 @pytest.mark.parametrize("call,needle", [
-    (lambda s: s.run("HH", 3, 3, "EVENTS"), "simulation method 'EVENTS' is unknown"),   # once: a fluid run
     (lambda s: s.run_requests("HH", 3, 3, method="events "), "simulation method 'events ' is unknown"),
     (lambda s: s.run_points([("HH", 3, 3)], method="x"), "simulation method 'x' is unknown"),
     (lambda s: s.run(None, 3, 3), "a design is named by a string"),
@@ -33,7 +32,7 @@ def sim():
     (lambda s: Simulator(s.stream, tensor_parallel=8.9), "tensor_parallel must be a whole number, got 8.9"),
     (lambda s: Simulator(s.stream, slos="paper"), "slos must be a SLOSet"),
     (lambda s: Simulator(s.stream, scheduler="layerwise"), "scheduler must be a SchedulerConfig"),
-    (lambda s: Simulator(s.stream, model=["x"]), "model ['x'] is unknown"),
+    (lambda s: Simulator(s.stream, model=["x"]), "unknown model ['x']"),
     (lambda s: sp.load_workload(123), "a workload is a name (coding, conversation) or a path, got 123"),
     (lambda s: sp.load_slos(123), "a SLO file is given as a path, got 123"),
     (lambda s: sp.get_machine(["x"]), "unknown machine ['x']"),
@@ -71,3 +70,68 @@ def test_a_point_given_with_numpy_counts_is_the_same_point(sim):
     a = sim.run("HH", np.int64(3), np.int64(2))
     b = sim.run("HH", 3, 2)
     assert a.to_dict() == b.to_dict()
+
+
+def test_names_in_any_case_are_the_same_run(sim):
+    """EVENTS once ran the fluid model silently; now it is the events method, as BLOOM-176B is bloom-176b."""
+    stream = sim.stream
+    assert sim.run("HH", 3, 3, "EVENTS") == sim.run("HH", 3, 3, "events") != sim.run("HH", 3, 3, "fluid")
+    assert Simulator(stream, "BLOOM-176B").run("HH", 3, 3) == sim.run("HH", 3, 3)
+    assert len(load_workload("CODING").generate(5.0, duration_s=10.0, seed=0)) == len(stream)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(max_batch_size=0), "SchedulerConfig.max_batch_size must be a whole number >= 1"),
+    (dict(max_batch_tokens="2048"), "SchedulerConfig.max_batch_tokens must be a whole number"),
+    (dict(transfer_bandwidth_bytes_s=0.0), "SchedulerConfig.transfer_bandwidth_bytes_s must be positive"),
+    (dict(transfer_bandwidth_bytes_s=-1.0), "SchedulerConfig.transfer_bandwidth_bytes_s must be positive"),
+    (dict(mixed_pool="no"), "SchedulerConfig.mixed_pool must be True or False"),
+])
+def test_scheduler_config_is_checked(kw, needle):
+    with pytest.raises(sp.SplitwisePlanError, match=needle):
+        sp.SchedulerConfig(**kw)
+
+
+def test_the_fluid_model_refuses_scheduler_fields_it_does_not_model(sim):
+    """It would keep the reference's batch size silently: the events method honours it (and runs longer)."""
+    small = sp.SchedulerConfig(max_batch_size=1)
+    with pytest.raises(sp.SplitwisePlanError, match="the fluid model keeps the reference's max_batch_size"):
+        Simulator(sim.stream, scheduler=small).run("HH", 3, 1)
+    events = Simulator(sim.stream, scheduler=small, method="events").run("HH", 3, 1)
+    assert events.latency_s["e2e"][99] > Simulator(sim.stream, method="events").run("HH", 3, 1).latency_s["e2e"][99]
+
+
+def test_inputs_of_the_wrong_kind_are_named(sim):
+    with pytest.raises(sp.SplitwisePlanError, match="machines must map names to Machine"):
+        Simulator(sim.stream, machines="my.toml")
+    frame = sim.stream.to_frame()
+    import pandas as pd
+    with pytest.raises(sp.SplitwisePlanError, match="give arrivals as seconds"):
+        RequestStream(pd.to_datetime(frame.arrival_timestamp, unit="s"), frame.prompt_size, frame.token_size)
+    slo = sp.SLO("ttft", np.int64(99), np.float32(5))   # the types a pandas column gives
+    assert (slo.percentile, slo.limit) == (99, 5.0)
+
+
+def test_results_compare_equal_across_pickling_and_runs(sim):
+    import pickle
+    a, b = sim.run("A100", 4), sim.run("A100", 4)     # a baseline: its token utilization is NaN
+    assert a == b == pickle.loads(pickle.dumps(a)) and a != sim.run("A100", 5)
+    p = sp.plan(rps=5, duration=10, designs="HH,H100", jobs=1)
+    assert p == sp.plan(rps=5, duration=10, designs="HH,H100", jobs=1) == pickle.loads(pickle.dumps(p))
+
+
+def test_write_reports_checks_every_path_before_writing_any(tmp_path):
+    import pathlib
+    p = sp.plan(rps=5, duration=10, designs="HH", jobs=1)
+    same = tmp_path / "x"
+    with pytest.raises(sp.SplitwisePlanError, match="name the same file"):
+        sp.write_reports(p, json_path=same, csv_path=same)
+    with pytest.raises(sp.SplitwisePlanError, match="unknown extension"):
+        sp.write_reports(p, csv_path=tmp_path / "a.csv", plot_path=tmp_path / "a.jpg")
+    assert list(tmp_path.iterdir()) == []
+    doc = json.loads(json.dumps(sp.plan_report(p), allow_nan=False))
+    assert doc["plan"]["winner"] == p.winner
+    from splitwise_plan.workloads import SHIPPED_WORKLOADS
+    q = sp.plan(goal="max-throughput", budget_power=np.int64(400), designs="H100", duration=10, jobs=1,
+                workload=pathlib.Path(sp.data_file("workloads", SHIPPED_WORKLOADS["coding"])))
+    json.dumps(q.to_dict(), allow_nan=False)          # a numpy budget and a Path are plain values there
