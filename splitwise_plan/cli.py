@@ -156,7 +156,7 @@ def root(
         help="Write the JSON report (inputs, each design's result, winner, gains) to FILE; '-' or no FILE: print it instead of the table."),
     csv_out: Optional[Path] = typer.Option(
         None, "--csv", metavar="FILE", rich_help_panel="Output",
-        help="Write one CSV row per design point the search and the confirmation simulated."),
+        help="Write one CSV row per design point the search simulated, and one per design with its confirmed answer."),
     plot: Optional[Path] = typer.Option(
         None, "--plot", metavar="FILE", rich_help_panel="Output",
         help="Cost, power and throughput of the designs (like the paper's Fig. 18): .png, .svg or .html."),

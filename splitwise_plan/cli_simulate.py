@@ -648,7 +648,7 @@ def violation_lines(result) -> list[str]:
 
 @app.command("check", cls=ReportCommand)
 def check_cmd(
-    cluster_file: Path = typer.Argument(..., metavar="CLUSTER_FILE", help="The deployed cluster, TOML (or YAML)."),
+    cluster_file: Path = typer.Argument(..., metavar="CLUSTER_FILE", help="The deployed cluster, TOML (or YAML, with PyYAML installed)."),
     rps: Optional[float] = typer.Option(None, "--rps", help="Expected request rate, req/s."),
     headroom: float = typer.Option(0.0, "--headroom", help="Require the SLOs at rate x (1 + headroom), e.g. 0.2."),
     workload: str = _opt_workload(),
@@ -809,7 +809,7 @@ def _rate_bound(inp: Inputs, wl, spec, duration: float, seed: int) -> float:
 
 @app.command("capacity", cls=ReportCommand)
 def capacity_cmd(
-    cluster_file: Path = typer.Argument(..., metavar="CLUSTER_FILE", help="The deployed cluster, TOML (or YAML)."),
+    cluster_file: Path = typer.Argument(..., metavar="CLUSTER_FILE", help="The deployed cluster, TOML (or YAML, with PyYAML installed)."),
     workload: str = _opt_workload(),
     duration: float = _opt_duration(),
     seed: int = _opt_seed(),
