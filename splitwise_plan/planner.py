@@ -1117,12 +1117,17 @@ def plan_title(req: PlanRequest, trace_s: float | None = None) -> str:
             + ("" if req.scheduler.is_reference else f", {req.scheduler.describe()}"))
 
 
+_TABLE_WIDTH = 150   # columns the ranking table needs to show every number whole
+
+
 def render(result: PlanResult, console=None) -> None:
     """Print the ranking table, the winner and its gains with rich."""
     from rich.console import Console
     from rich.table import Table
 
     con = console or Console()
+    if console is None and con.is_jupyter and con.width < _TABLE_WIDTH:   # a notebook scrolls: no "..." cells
+        con = Console(width=_TABLE_WIDTH)
     req = result.request
     table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s)}")
     cols = ["#", "design", "prompt", "token"]

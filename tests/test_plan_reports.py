@@ -255,3 +255,18 @@ def test_interrupted_json_write_keeps_the_old_report(tmp_path, monkeypatch):
         write_reports(res, json_path=p)
     assert json.loads(p.read_text()) == {"old": True}
     assert [x.name for x in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_render_in_a_notebook_is_wide_enough_for_every_number(monkeypatch):
+    """A notebook's console is 115 columns: the table cut costs to '13…' there."""
+    import rich.console as rc
+    res = plan(PlanRequest(goal="min-cost", rps=10, designs=("HH", "H100"), duration=10, jobs=1,
+                           confirm_method="fluid"))
+    monkeypatch.setattr(rc, "_is_jupyter", lambda: True)
+    widths = []
+    monkeypatch.setattr(rc.Console, "print", lambda self, *a, **k: widths.append(self.width))
+    planner.render(res)
+    assert widths and min(widths) >= 150
+    widths.clear()
+    planner.render(res, console=rc.Console(width=100))   # a console of the caller's is theirs
+    assert set(widths) == {100}
