@@ -266,6 +266,8 @@ class PlanResult:
     search_method: str
     seconds: float = field(compare=False)
     trace_s: float | None = None        # the replayed trace's duration (None: a generated stream)
+    #: the report's ``inputs`` block, made as the plan ran (its files then, not as they are later)
+    inputs: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def evaluations(self) -> int:
@@ -1092,7 +1094,8 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
     winner = ranked[0] if ranked and ranked[0].status == "ok" else None
     return PlanResult(req, ranked, winner.design if winner else None, _gains(ranked, winner, req.goal),
                       method, time.perf_counter() - t0,
-                      trace_s=inputs.trace.duration_s if inputs.trace is not None else None)
+                      trace_s=inputs.trace.duration_s if inputs.trace is not None else None,
+                      inputs=_inputs_block(req, inputs, method))
 
 
 # --- rendering ---------------------------------------------------------------------------
@@ -1203,28 +1206,30 @@ def _stream_of(req: PlanRequest, trace_s: float | None = None) -> tuple:
 
 
 def plan_inputs(result: PlanResult) -> dict:
-    """The ``inputs`` block of a plan report: what the plan depends on (see :func:`reports.report_inputs`)."""
-    from .machines import load_machines
-    from .reports import report_inputs as _inputs
-    from .slos import load_slos
-    from .workloads import load_trace, load_workload
+    """The ``inputs`` block of a plan report: what the plan depends on (see :func:`reports.report_inputs`),
+    as it was when the plan ran (files read again only for a result built by hand)."""
+    if result.inputs is not None:
+        return result.inputs
+    return _inputs_block(result.request, Inputs.load(result.request), result.search_method)
 
-    req = result.request
-    if req.trace:
-        tr = load_trace(req.trace)
+
+def _inputs_block(req: PlanRequest, inputs: Inputs, search_method: str) -> dict:
+    """The ``inputs`` block of a plan of ``req`` on the loaded ``inputs``."""
+    from .reports import report_inputs as _inputs
+
+    if inputs.trace is not None:
+        tr = inputs.trace
         rate, duration, seed, requests, workload = tr.rate, tr.duration_s, None, len(tr), None
     else:
         rate, duration, seed, workload = req.rps, req.duration, req.seed, req.workload
-        requests = (len(load_workload(req.workload).generate(req.rps, duration_s=req.duration, seed=req.seed))
-                    if req.rps is not None else None)
+        requests = len(inputs.stream(req.rps, req.seed)) if req.rps is not None else None
     return _inputs(model=req.model, tensor_parallel=req.tp, workload=workload, trace=req.trace, rate=rate,
-                   duration_s=duration, seed=seed, requests=requests, slo_file=req.slos, slos=load_slos(req.slos),
-                   machines_file=req.machines_file, machines=load_machines(req.machines_file),
-                   profiles_file=req.profiles, method=result.search_method, confirm_method=req.confirm_method,
+                   duration_s=duration, seed=seed, requests=requests, slo_file=req.slos, slos=inputs.slos,
+                   machines_file=req.machines_file, machines=inputs.machines,
+                   profiles_file=req.profiles, method=search_method, confirm_method=req.confirm_method,
                    goal=req.goal, budget_power=req.budget_power, budget_cost=req.budget_cost,
                    designs=list(req.designs), seeds=1 if req.trace else req.seeds, strategy=req.strategy,
-                   margin=req.margin,
-                   kv_transfer=req.scheduler.kv_transfer())
+                   margin=req.margin, kv_transfer=req.scheduler.kv_transfer())
 
 
 def plan_report(result: PlanResult) -> dict:

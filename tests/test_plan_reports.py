@@ -136,6 +136,8 @@ def test_a_plan_of_a_trace_reports_the_trace_not_the_generator_defaults(tmp_path
     title = plan_title(req)
     assert str(trace) in title and "120 s" not in title and "seed" not in title
     assert plan_title(req, res.trace_s) == title
+    trace.unlink()   # the report tells the inputs the plan ran on, without reading them again
+    assert plan_report(res)["inputs"] == doc["inputs"]
 
 
 def test_bare_json_prints_the_report_as_the_other_commands_do(capsys):
