@@ -188,15 +188,11 @@ def root(
 def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path],
                      quiet: bool) -> None:
     """Run the planner with a progress bar (per finished design), then write the reports and the table."""
-    from .cli_simulate import STDOUT, _check_outputs, _input_files, _note, _print_json
+    from .cli_simulate import STDOUT, _check_outputs, _note, _print_json
     from .planner import plan, plan_report, render, write_reports
     from .progress import progress
-    from .study import sqlite_file
 
-    # a bad output path fails now, not after the run
-    _check_outputs(json_out, csv_out, plot, inputs=_input_files(
-        trace=req.trace, workload=req.workload, slo=req.slos, machines_file=req.machines_file, profiles=req.profiles,
-        storage=sqlite_file(req.storage)))
+    _check_outputs(json_out, csv_out, plot, inputs=req.input_files())   # a bad path fails now, not after the run
     n = len(req.designs)
     with progress(n, f"plan {req.goal}, {n} design{'s' if n > 1 else ''}", quiet=quiet) as bar:
         def done(dp) -> None:

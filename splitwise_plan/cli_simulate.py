@@ -737,6 +737,11 @@ def _round_rate(rate: float, digits: int, how=round) -> float:
     return round(how(round(scaled, 6)) / 10.0 ** places, max(places, 0))
 
 
+def _rate_digits(precision: float) -> int:
+    """Significant digits of the rates ``capacity`` tries: two more than its relative precision needs."""
+    return 2 + max(0, math.ceil(-math.log10(precision)))
+
+
 def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: float, max_rate: float,
                   on_trial=None):
     """Highest rate in [min_rate, max_rate] at which ``run_at(rate)`` holds (every SLO met, every request
@@ -747,7 +752,7 @@ def find_capacity(run_at, *, start: float, precision: float = 0.01, min_rate: fl
     answer is a rate that was simulated and held, short enough to pass to ``check --rps``: each rate
     is its own stream, and near its limit a cluster's verdict can flip between nearby rates.
     """
-    digits = 2 + max(0, math.ceil(-math.log10(precision)))
+    digits = _rate_digits(precision)
     # the bounds too, inward: the answer is a rate of those digits even where a bound stops the search
     min_rate, max_rate = _round_rate(min_rate, digits, math.ceil), _round_rate(max_rate, digits, math.floor)
     trials = []
@@ -887,11 +892,12 @@ def capacity_cmd(
         failed = results_by_rate[fail][0] if fail is not None else None
         if failed is not None and failed.slo_met and failed.completed < failed.requests:   # not the SLOs: memory
             n = failed.requests - failed.completed
-            how += (f"; at {float(fail)!r} req/s the SLOs hold but {n:,} request{'s' if n > 1 else ''} never got "
+            how += (f"; at {float(fail)!r} req/s the SLOs hold but {plural(n, 'request')} never got "
                     f"{'their' if n > 1 else 'its'} KV-cache memory")
         if cap is None:
             short = (f"; {MIN_STREAM_REQUESTS} requests in {duration:g} s is the lowest rate tried: a longer "
-                     "--duration tries lower ones" if fail < min_rate * 1.001 else "")
+                     "--duration tries lower ones"
+                     if fail <= _round_rate(min_rate, _rate_digits(precision), math.ceil) else "")
             typer.echo(f"capacity of {head}: none; the SLOs fail even at {float(fail)!r} req/s ({how}){short}")
         elif fail is None:
             typer.echo(f"capacity of {head}: at least {float(cap)!r} req/s (the largest rate tried; {how})")

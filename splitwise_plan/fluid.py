@@ -119,7 +119,8 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
     for c in clusters:
         if c.is_baseline != first.is_baseline or c.model != first.model or c.scheduler != first.scheduler:
             raise ValueError("simulate_fluid batches clusters of one kind (Splitwise or baseline), model and scheduler")
-    fixed = [f for f in _REFERENCE_ONLY if getattr(first.scheduler, f) != getattr(SchedulerConfig(), f)]
+    reference = SchedulerConfig()
+    fixed = [f for f in _REFERENCE_ONLY if getattr(first.scheduler, f) != getattr(reference, f)]
     if fixed:   # it would silently keep the reference's values
         raise SplitwisePlanError(f"the fluid model keeps the reference's {', '.join(fixed)} (a decode batch is bounded by "
                                  "memory, a mixed batch has no preemption limit, a transfer never waits for memory); "

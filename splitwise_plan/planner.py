@@ -32,7 +32,7 @@ from .capacity import capacity_model
 from .cluster import MAX_POOL, SchedulerConfig, instance_layout, pool_size
 from .designs import DESIGNS, Design, get_design
 from .models import get_model
-from .reports import machine_counts
+from .reports import machine_counts, plural
 from .errors import SplitwisePlanError, choices, positive_number, seed_value, whole_number
 from .search import STRATEGIES, Evaluator, Lockstep, Space, passes, search
 from .simulator import METHODS, Simulator
@@ -100,6 +100,14 @@ class PlanRequest:
     def scheduler(self) -> SchedulerConfig:
         """The scheduling constants of the plan (the reference's, with this KV-cache transfer)."""
         return SchedulerConfig.with_transfer(self.transfer, self.bandwidth)
+
+    def input_files(self) -> dict:
+        """The files the plan reads, by option (its SQLite storage among them): what no report of it
+        may overwrite."""
+        from .study import sqlite_file
+        return {"--trace": self.trace, "--workload": self.workload, "--slo": self.slos,
+                "--machines-file": self.machines_file, "--profiles": self.profiles,
+                "--storage": sqlite_file(self.storage)}
 
     def __post_init__(self) -> None:
         if isinstance(self.goal, str) and self.goal.lower() in GOALS:   # MIN-COST is min-cost
@@ -265,9 +273,13 @@ class PlanResult:
     gains: tuple[str, ...]
     search_method: str
     seconds: float = field(compare=False)
-    trace_s: float | None = None        # the replayed trace's duration (None: a generated stream)
     #: the report's ``inputs`` block, made as the plan ran (its files then, not as they are later)
     inputs: dict | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def trace_s(self) -> float | None:
+        """The replayed trace's duration (None: a generated stream, or a result built by hand)."""
+        return self.inputs["duration_s"] if self.request.trace and self.inputs is not None else None
 
     @property
     def evaluations(self) -> int:
@@ -695,7 +707,7 @@ def _too_big(sim: Simulator, d: Design) -> str:
     free = c.kv_room
     s = sim.stream
     n = int(np.count_nonzero((s.prompt_tokens + s.output_tokens) * float(c.model.kv_bytes_per_token) > free))
-    return (f": {n:,} request{'s' if n > 1 else ''} need{'s' if n == 1 else ''} more KV cache than an instance "
+    return (f": {plural(n, 'request')} need{'s' if n == 1 else ''} more KV cache than an instance "
             f"holds beside the weights ({free / 1e9:.3g} GB), so never finish{'es' if n == 1 else ''}") if n else ""
 
 
@@ -1093,9 +1105,7 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
     ranked = tuple(sorted((by_name[n] for n in req.designs), key=_rank_key(req.goal)))
     winner = ranked[0] if ranked and ranked[0].status == "ok" else None
     return PlanResult(req, ranked, winner.design if winner else None, _gains(ranked, winner, req.goal),
-                      method, time.perf_counter() - t0,
-                      trace_s=inputs.trace.duration_s if inputs.trace is not None else None,
-                      inputs=_inputs_block(req, inputs, method))
+                      method, time.perf_counter() - t0, inputs=_inputs_block(req, inputs, method))
 
 
 # --- rendering ---------------------------------------------------------------------------
@@ -1282,10 +1292,8 @@ def write_reports(result: PlanResult, *, json_path=None, csv_path=None, plot_pat
     The paths are checked first, as the command line does: a bad one writes nothing."""
     from .reports import check_outputs, write_csv, write_json
 
-    req = result.request
     check_outputs({"json_path": json_path, "csv_path": csv_path, "plot_path": plot_path},
-                  {"trace": req.trace, "workload": req.workload, "slos": req.slos,
-                   "machines_file": req.machines_file, "profiles": req.profiles})
+                  result.request.input_files())
     written = []
     if csv_path is not None:
         written.append(write_csv(csv_path, csv_rows(result)))

@@ -879,6 +879,8 @@ def prepare(req, design: str, n_trials: int = 24) -> str:
 
 def sqlite_file(url: str | None) -> str | None:
     """The database file of an SQLite storage URL (None for another kind of storage, or no URL)."""
+    if not url:
+        return None
     from sqlalchemy.engine import make_url
     try:
         u = make_url(normalize_storage(url))

@@ -39,8 +39,7 @@ def workload_names() -> list[str]:
 
 def _numbers(values, where: str) -> np.ndarray:
     """``values`` as a contiguous float64 array, or a user error naming ``where``."""
-    kind = getattr(getattr(values, "dtype", None), "kind", "")
-    if kind in "mM" and kind:   # datetimes and durations would read as nanoseconds
+    if getattr(getattr(values, "dtype", None), "kind", "") in ("m", "M"):   # datetimes, durations: nanoseconds
         raise SplitwisePlanError(f"{where}: give arrivals as seconds (numbers), not {values.dtype} values; "
                                  "e.g. (t - t[0]).dt.total_seconds() for pandas timestamps")
     try:
@@ -168,11 +167,11 @@ def _resolve(name_or_path: str | Path, what: str = "workload") -> tuple[str, Pat
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise SplitwisePlanError(f"a {what} is a name ({choices(SHIPPED_WORKLOADS)}) or a path, got {name_or_path!r}")
     key = str(name_or_path)
-    key = ALIASES.get(key, ALIASES.get(key.lower(), key))
-    if key.lower() in SHIPPED_WORKLOADS and not Path(key).expanduser().exists():   # CODING is coding
-        key = key.lower()
-    if key in SHIPPED_WORKLOADS:
-        return key, data_file("workloads", SHIPPED_WORKLOADS[key])
+    name = ALIASES.get(key, key)
+    if name not in SHIPPED_WORKLOADS and not Path(key).expanduser().exists():   # CODING is coding
+        name = ALIASES.get(key.lower(), key.lower())
+    if name in SHIPPED_WORKLOADS:
+        return name, data_file("workloads", SHIPPED_WORKLOADS[name])
     p = Path(name_or_path).expanduser()
     if p.exists() or p.suffix or "/" in key or "\\" in key:
         return p.stem, user_file(p, what)
