@@ -126,13 +126,14 @@ def root(
         None, "--budget-power", help="Power budget: a number or machines, e.g. 40xH100 (max-throughput)."),
     budget_cost: Optional[str] = typer.Option(
         None, "--budget-cost", help="Cost budget: a number or machines, e.g. 40xH100 (max-throughput)."),
-    model: str = typer.Option("bloom-176b", "--model", help="Model name as in the profiles."),
-    workload: str = typer.Option("coding", "--workload", help="coding, conversation or an Azure-format CSV."),
-    trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help="Replay this trace exactly."),
+    model: str = typer.Option("bloom-176b", "--model", help="Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may be your own)."),
+    workload: str = typer.Option("coding", "--workload", help="coding, conversation, or a trace CSV (Azure or reference format) to draw sizes from."),
+    trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help="Replay this trace (max-throughput scales its arrival times to each rate it tries)."),
     slo: Optional[Path] = typer.Option(None, "--slo", "--slos", metavar="FILE", help="SLO TOML file (default: the paper's)."),
     machines_file: Optional[Path] = typer.Option(None, "--machines-file", metavar="FILE", help="Machine TOML file."),
     profiles: Optional[Path] = typer.Option(None, "--profiles", metavar="FILE", help="Profile CSV."),
-    designs: str = typer.Option("AA,HH,HA,HHcap,A100,H100", "--designs", help="Comma list of designs."),
+    designs: str = typer.Option("AA,HH,HA,HHcap,A100,H100", "--designs", help=(
+        "Comma list of designs; machine types of --machines-file as PROMPT:TOKEN or baseline:MACHINE.")),
     duration: float = typer.Option(120.0, "--duration", help="Seconds of generated requests."),
     seed: int = typer.Option(0, "--seed", help="Seed of the request stream."),
     seeds: int = typer.Option(1, "--seeds", help="Plan over this many streams (seed..seed+K-1): search and confirm on their worst."),
@@ -286,7 +287,7 @@ def workloads_cmd(
 @app.command("slos")
 def slos_cmd(
     slos: Optional[Path] = typer.Option(
-        None, "--slos", metavar="FILE", help="SLO TOML file. Default: the paper's Table VI (slos/paper.toml)."),
+        None, "--slo", "--slos", metavar="FILE", help="SLO TOML file. Default: the paper's Table VI (slos/paper.toml)."),
 ) -> None:
     """Show the latency SLOs a cluster design must meet (each strictly below its limit)."""
     from .slos import load_slos

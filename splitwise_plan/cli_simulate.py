@@ -97,7 +97,7 @@ def _opt_duration():
 
 
 def _opt_model():
-    return typer.Option("bloom-176b", "--model", help="Model as named in the profiles.")
+    return typer.Option("bloom-176b", "--model", help="Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may be your own).")
 
 
 def _opt_tp():
@@ -398,7 +398,9 @@ def _slo_verdict(result, n_slos: int) -> str:
 
 @app.command("simulate", cls=ReportCommand)
 def simulate_cmd(
-    design: str = typer.Option(..., "--design", "-d", help="splitwise-aa|hh|ha|hhcap, baseline-a100|h100, or AA, HH, HA, HHcap, A100, H100."),
+    design: str = typer.Option(..., "--design", "-d", help=(
+        "splitwise-aa|hh|ha|hhcap, baseline-a100|h100, or AA, HH, HA, HHcap, A100, H100; "
+        "machine types of --machines-file as PROMPT:TOKEN or baseline:MACHINE.")),
     prompt: Optional[int] = typer.Option(None, "--prompt", "-p", help="Prompt machines (Splitwise designs)."),
     token: Optional[int] = typer.Option(None, "--token", "-t", help="Token machines (Splitwise designs)."),
     machines: Optional[int] = typer.Option(None, "--machines", "-m", help="Machines (baselines)."),
@@ -514,7 +516,8 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
 
 @app.command("sweep", cls=ReportCommand)
 def sweep_cmd(
-    design: str = typer.Option(..., "--design", "-d", help="Design name or short form (HH, HA, AA, HHcap, A100, H100)."),
+    design: str = typer.Option(..., "--design", "-d", help=(
+        "Design name or short form (HH, HA, AA, HHcap, A100, H100), or PROMPT:TOKEN, baseline:MACHINE.")),
     prompt: Optional[str] = typer.Option(None, "--prompt", "-p", metavar="RANGE",
                                          help="Prompt machines: 20:30 (inclusive), 20:40:2 (a step), or 20,24,28."),
     token: Optional[str] = typer.Option(None, "--token", "-t", metavar="RANGE", help="Token machines (same forms)."),
@@ -626,6 +629,22 @@ def _load_spec(cluster_file: Path, machines_file: Optional[Path]):
     return load_cluster(cluster_file, load_machines(machines_file))
 
 
+def _check_cluster(spec, inp: Inputs, cluster_file: Path) -> None:
+    """A user error naming the cluster file when its machines cannot run its model at its TP
+    (too few GPUs or too little HBM, or no profile at that TP)."""
+    from .cluster import instance_layout
+    from .models import get_model
+    d = spec.design
+    try:
+        for m in d.machines:
+            machine = inp.machines[m]
+            instance_layout(machine, spec.tensor_parallel, d.is_baseline, get_model(spec.model))
+            inp.profiles.latency_model(spec.model, machine.hardware, spec.tensor_parallel)
+    except SplitwisePlanError as exc:
+        raise SplitwisePlanError(f"cluster file {cluster_file} ({spec.model} at TP{spec.tensor_parallel} on "
+                                 f"{', '.join(dict.fromkeys(d.machines))}): {exc}") from None
+
+
 def _scaled_trace(stream, factor: float):
     """The trace with arrivals compressed so the rate is ``factor`` times higher."""
     from .workloads import RequestStream
@@ -680,6 +699,7 @@ def check_cmd(
                          rps=None if rps is None else check_positive(rps, "--rps") * factor, trace=trace,
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method=method, transfer=transfer, bandwidth=bandwidth)
+    _check_cluster(spec, inp, cluster_file)
     if trace is not None and factor != 1.0:
         if not inp.stream.duration_s > 0:
             raise SplitwisePlanError(f"trace {trace}: all its requests arrive at one instant, so it has no rate "
@@ -848,6 +868,7 @@ def capacity_cmd(
     inp = resolve_inputs(model=spec.model, tp=spec.tensor_parallel, workload=workload, rps=None, trace=None,
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method=method, need_stream=False, transfer=transfer, bandwidth=bandwidth)
+    _check_cluster(spec, inp, cluster_file)
     wl = load_workload(workload)
     results_by_rate = {}
 

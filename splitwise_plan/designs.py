@@ -1,4 +1,4 @@
-"""Cluster designs of the paper: Splitwise-AA/HH/HA/HHcap and the two baselines."""
+"""Cluster designs of the paper: Splitwise-AA/HH/HA/HHcap and the two baselines; and any of the catalog's machines."""
 
 from __future__ import annotations
 
@@ -45,7 +45,12 @@ DESIGNS: dict[str, Design] = {
 
 
 def get_design(name: str) -> Design:
-    """Look a design up by full or short name, in any case."""
+    """Look a design up by full or short name, in any case; or build one of the machine catalog's
+    types: ``PROMPT:TOKEN`` (a Splitwise design, e.g. ``my-b200:dgx-a100``) or ``baseline:MACHINE``.
+
+    A built design whose machines are a shipped design's is that design (``dgx-h100:dgx-a100`` is
+    Splitwise-HA). Whether the machine types exist is the catalog's to say, where it is loaded.
+    """
     if isinstance(name, Design):
         return name
     if not isinstance(name, str):
@@ -54,5 +59,15 @@ def get_design(name: str) -> Design:
     for d in DESIGNS.values():
         if key in (d.name, d.short.lower()):
             return d
+    if key.count(":") == 1:
+        first, second = (part.strip() for part in key.split(":"))
+        if first and second:
+            pools = (second, None) if first == "baseline" else (first, second)
+            same = [d for d in DESIGNS.values() if (d.prompt_machine, d.token_machine) == pools]
+            if same:
+                return same[0]
+            spec = f"baseline:{second}" if first == "baseline" else f"{first}:{second}"
+            return Design(spec, spec, *pools)
     valid = ", ".join(f"{d.name} ({d.short})" for d in DESIGNS.values())
-    raise SplitwisePlanError(f"design {name!r} is unknown; choose one of: {valid}")
+    raise SplitwisePlanError(f"design {name!r} is unknown; choose one of: {valid}, or machine types of the "
+                             "catalog as PROMPT:TOKEN (Splitwise) or baseline:MACHINE")

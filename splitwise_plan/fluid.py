@@ -63,6 +63,7 @@ _POPCOUNT = getattr(np, "bitwise_count", None)   # numpy >= 2.0: counts decode s
 _REFERENCE_ONLY = ("max_batch_size", "max_preemptions", "flow_retry_s")   # scheduler fields it does not model
 _BUSY_BLOCK = 32        # designs whose decode waits are solved together (memory grows with it)
 _RUN_WINDOW = 32        # buckets ahead (8 s) searched for the end of a decode run (a multiple of _BLOCK)
+_QUIET = 16             # buckets between two arrivals past which advance() skips the empty ones
 
 
 @dataclass(frozen=True)
@@ -311,6 +312,9 @@ class _Run:
         # there); counted up at their start, by time bucket, and down with the ring's releases
         running = np.zeros((D, M))
         starts = np.zeros(ring.shape, dtype=np.int16)   # laid out as the release ring
+        # buckets (mod L) that may hold releases or starts: a long quiet spell of a sparse trace
+        # walks only these, not every bucket of every machine (see advance)
+        occupied = np.zeros(L, dtype=bool)
         # utilization, sampled at every bucket boundary: a machine is busy while decodes run on it
         # or its prompt queue has work; busy_s keeps the seconds of designs since dropped (by home
         # pool: prompt, token), and sampled_s how long a stopped design was sampled
@@ -484,6 +488,7 @@ class _Run:
             b = np.minimum(np.maximum(b, last - b_lap), last - b_lap + L - 1)
             cell = bucket_cell.take(b) + fb     # (ready, prompt machine) and (end, token machine)
             ring_flat[cell] += booked
+            occupied[b % L] = True
             starts_flat[bucket_cell.take(b[:D]) + fb[D:]] += 1   # (ready, token machine)
             smem.ravel()[f] += amount
             tkey.ravel()[ft] += m
@@ -518,7 +523,9 @@ class _Run:
             # b0 * B, plus nz less the k windows before it; its target that plus the machine's shift
             k = nz // win_buckets.size
             src = (b0 * B - win_first[:b0.size]).take(k) + nz
-            dst = bucket_cell.take(src + shift.take(k))   # distinct: one shift per machine
+            moved = src + shift.take(k)
+            occupied[moved % L] = True
+            dst = bucket_cell.take(moved)       # distinct: one shift per machine
             fb = (f * B).take(k)
             src = bucket_cell.take(src) + fb
             dst += fb
@@ -593,9 +600,18 @@ class _Run:
             return ptok.reshape(-1), ndec.reshape(-1), W.reshape(-1), q_end.reshape(-1), q_tok.reshape(-1)
 
         def advance(cur):
-            """Release the ring's buckets from ``last`` up to ``cur``, sampling after each which machines are busy."""
-            for k in range(last, min(cur, last + L)):
+            """Release the ring's buckets from ``last`` up to ``cur``, sampling after each which machines are busy;
+            a long spell walks only the buckets that hold anything and counts the quiet ones between at once."""
+            stop = min(cur, last + L)
+            ks = range(last, stop)
+            if stop - last > _QUIET:
+                ks = (last + np.flatnonzero(occupied.take(np.arange(last, stop) % L))).tolist()
+            k0 = last                           # the first bucket not yet sampled
+            for k in ks:
+                if k > k0:
+                    quiet(k0, k)
                 blk, pos = k % L // B, k % B
+                occupied[k % L] = False
                 bucket = ring[blk, :, :, pos]
                 due = bucket if ring_off is None else bucket[act]   # the designs still simulated
                 np.subtract(smem, due.real, out=smem)
@@ -606,8 +622,14 @@ class _Run:
                 np.add(running, began if ring_off is None else began[act], out=running)
                 began[...] = 0
                 np.add(busy, (running >= 0.5) | (W > (k + 1) * _RING_S), out=busy)
-            if cur > last + L:   # no arrival for longer than the ring: nothing changes meanwhile
-                np.add(busy, ((running >= 0.5) | (W > cur * _RING_S)) * float(cur - last - L), out=busy)
+                k0 = k + 1
+            if cur > k0:   # nothing changes meanwhile
+                quiet(k0, cur)
+
+        def quiet(k0, k1):
+            """Sample buckets k0..k1-1, which release nothing: the decodes running stay, the prompt queues drain."""
+            queued = np.clip(np.ceil(W / _RING_S) - 1.0, k0, k1) - k0   # boundaries with W > (k + 1) * _RING_S
+            np.add(busy, np.where(running >= 0.5, float(k1 - k0), queued), out=busy)
 
         ptok_f, ndec_f, W_f, q_end_f, q_tok_f = flat_views()
         n_dying = 0
@@ -858,10 +880,9 @@ class _Run:
             """Which machines are busy at each bucket boundary up to ``upto``: a decode has not ended
             (one whose prompt is not done yet has its prompt batch queued) or prompt work is queued."""
             nonlocal sampled
-            if upto > sampled:
-                work_end = np.maximum(last_end, W)
-                for k in range(sampled + 1, upto + 1):
-                    np.add(busy, work_end > k * _RING_S, out=busy)
+            if upto > sampled:   # boundaries k in (sampled, upto] with k * _RING_S < work_end, counted
+                last_busy = np.ceil(np.maximum(last_end, W) / _RING_S) - 1.0
+                np.add(busy, np.clip(last_busy, sampled, upto) - sampled, out=busy)
                 sampled = upto
 
         for i in range(N):

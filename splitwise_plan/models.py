@@ -35,7 +35,9 @@ def get_model(name: str, models: dict[str, ModelSpec] | None = None) -> ModelSpe
     try:
         return by_name(pool, name)
     except (KeyError, TypeError):
-        raise SplitwisePlanError(f"unknown model {name!r}; valid: {choices(pool)}") from None
+        known = " (the architectures the tool knows: a profile of another model cannot size its KV cache " \
+                "and weights)" if models is None else ""
+        raise SplitwisePlanError(f"unknown model {name!r}; valid: {choices(pool)}{known}") from None
 
 
 def check_fits(model: ModelSpec, machine, gpus: int = 0) -> None:

@@ -138,7 +138,7 @@ class PlanRequest:
         fields = {"duration": positive_number(self.duration, "--duration"),
                   "rate_tol": positive_number(self.rate_tol, "rate tolerance"),
                   "seeds": whole_number(self.seeds, "--seeds", 1), "tp": whole_number(self.tp, "--tp", 1),
-                  "jobs": whole_number(self.jobs, "--jobs", -1), "seed": seed_value(self.seed),
+                  "jobs": whole_number(self.jobs, "--jobs", 0), "seed": seed_value(self.seed),
                   "max_confirm": whole_number(self.max_confirm, "max_confirm", 1)}
         if self.rps is not None:
             fields["rps"] = positive_number(self.rps, "--rps")
@@ -282,6 +282,11 @@ class PlanResult:
         return self.inputs["duration_s"] if self.request.trace and self.inputs is not None else None
 
     @property
+    def budget(self) -> float | None:
+        """A max-throughput plan's budget as its machine catalog prices it (None: another goal, or unknown)."""
+        return (self.inputs or {}).get("budget", {}).get("amount")
+
+    @property
     def evaluations(self) -> int:
         return sum(d.evaluations for d in self.designs)
 
@@ -420,7 +425,8 @@ def _limits(req: PlanRequest, d: Design, rate: float) -> tuple[int, int]:
     for name, pmax, tmax in req.limits:
         if get_design(name).name == d.name:
             return int(pmax), (0 if d.is_baseline else int(tmax))
-    pmax, tmax = REFERENCE_GRID[d.name]
+    pmax, tmax = REFERENCE_GRID.get(d.name, (139, 0) if d.is_baseline else (69, 69))   # a design of the user's
+                                                                                      # machines: the largest
     f = max(1.0, rate / REFERENCE_RATE)   # the reference's grid, scaled with the rate, within the pool bound
     return min(MAX_POOL, int(math.ceil(pmax * f))), min(MAX_POOL, int(math.ceil(tmax * f)))
 
@@ -1113,13 +1119,14 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
 SLO_COLUMNS = tuple((m, p) for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99))
 
 
-def plan_title(req: PlanRequest, trace_s: float | None = None) -> str:
-    """What was planned, in one line: the goal, the rate or budget, the model and the stream
-    (``trace_s``: the replayed trace's duration, if known)."""
+def plan_title(req: PlanRequest, trace_s: float | None = None, budget: float | None = None) -> str:
+    """What was planned, in one line: the goal, the rate or budget (``budget``: its amount, if known),
+    the model and the stream (``trace_s``: the replayed trace's duration, if known)."""
     if req.goal == "max-throughput":
         kind = req.objective
         spec = req.budget_power if kind == "power" else req.budget_cost
-        title = f"max-throughput within {kind} budget {spec}"
+        amount = f" = {budget:g}" if budget is not None and f"{budget:g}" != f"{spec}" else ""
+        title = f"max-throughput within {kind} budget {spec}{amount}"
     else:
         rate = f"{req.rps:g} req/s" if req.rps is not None else "the trace's rate"
         title = f"{req.goal} at {rate}"
@@ -1133,6 +1140,19 @@ def plan_title(req: PlanRequest, trace_s: float | None = None) -> str:
 _TABLE_WIDTH = 150   # columns the ranking table needs to show every number whole
 
 
+def _slo_columns(result: PlanResult) -> tuple[list, str]:
+    """The table's SLO columns, (metric, percentile, unit) of the plan's own SLO set in the paper's order
+    (its nine slowdowns when the set is unknown), and what its slowdowns are measured against."""
+    slos = (result.inputs or {}).get("slos")
+    if not slos:
+        return [(m, p, "slowdown") for m, p in SLO_COLUMNS], "a DGX-A100"
+    order = {"ttft": 0, "tbt": 1, "e2e": 2}
+    cols = sorted({(o["metric"], o["percentile"], o["unit"]) for o in slos["objectives"]},
+                  key=lambda c: (order[c[0]], c[1], c[2]))
+    hw, tp = slos["reference_hardware"], slos["reference_tensor_parallel"]
+    return cols, "a DGX-A100" if (hw, tp) == ("a100-80gb", 8) else f"{hw} at TP{tp}"
+
+
 def render(result: PlanResult, console=None) -> None:
     """Print the ranking table, the winner and its gains with rich."""
     from rich.console import Console
@@ -1142,37 +1162,43 @@ def render(result: PlanResult, console=None) -> None:
     if console is None and con.is_jupyter and con.width < _TABLE_WIDTH:   # a notebook scrolls: no "..." cells
         con = Console(width=_TABLE_WIDTH)
     req = result.request
-    table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s)}")
+    table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s, result.budget)}")
     cols = ["#", "design", "prompt", "token"]
     if req.goal == "max-throughput":
         cols.append("req/s")
-    cols += ["cost", "power"] + [f"{m.upper()}\nP{p}" for m, p in SLO_COLUMNS] + ["head-\nroom", "sims"]
+    slo_cols, reference = _slo_columns(result)
+    cols += ["cost", "power"] + [f"{m.upper()}\nP{p:g}" + (", s" if u == "seconds" else "") for m, p, u in slo_cols]
+    cols += ["head-\nroom", "sims"]
     for c in cols:
         table.add_column(c, justify="left" if c == "design" else "right", no_wrap=(c == "design"))
     for i, dp in enumerate(result.designs, 1):
         sims = f"{dp.evaluations}+{dp.confirmations}"
         if dp.status == "infeasible" or dp.result is None:
             row = [str(i), dp.design, "-", "-"] + (["-"] if req.goal == "max-throughput" else []) + ["-", "-"]
-            row += ["-"] * len(SLO_COLUMNS) + ["-", sims]
+            row += ["-"] * len(slo_cols) + ["-", sims]
             table.add_row(*row, style="dim")
             continue
         r = dp.result
-        tight = (r.tightest.get("metric"), r.tightest.get("percentile")) if r.tightest else None
+        tight = tuple(r.tightest.get(k) for k in ("metric", "percentile", "unit")) if r.tightest else None
         row = [str(i), dp.design + ("" if dp.status == "ok" else " (unconfirmed)"), str(dp.prompt),
                str(dp.token) if not get_design(dp.design).is_baseline else "-"]
         if req.goal == "max-throughput":
             row.append(f"{dp.rate:g}")
         row += [f"{dp.cost:.2f}", f"{dp.power:.1f}"]
-        for m, p in SLO_COLUMNS:
-            v = r.slowdown.get(m, {}).get(p, float("nan"))
-            cell = f"{v:.2f}"
-            if tight == (m, p):
+        for m, p, u in slo_cols:
+            v = (r.slowdown if u == "slowdown" else r.latency_s).get(m, {}).get(p, float("nan"))
+            cell = f"{v:.2f}" if u == "slowdown" else f"{v:.3g}"
+            if tight == (m, p, u):
                 cell = f"[bold]{cell}*[/bold]"
             row.append(cell)
         row += [f"{dp.headroom:.0%}" if math.isfinite(dp.headroom) else "-", sims]   # none: unfinished requests
         table.add_row(*row)
-    table.caption = (f"slowdowns vs the request alone on a DGX-A100 (* tightest SLO); headroom = 1 - tightest "
-                     f"slowdown/limit; sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
+    units = {u for *_, u in slo_cols}
+    slos = ("the plan's SLOs in seconds" if units == {"seconds"} else
+            f"the plan's SLOs as slowdowns vs the request alone on {reference}"
+            + ("; columns marked s in seconds" if "seconds" in units else ""))
+    table.caption = (f"{slos} (* tightest SLO); "
+                     f"headroom = 1 - tightest value/limit; sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
                      f"simulations: {result.evaluations} + {result.confirmations} for a grid of "
                      f"{result.grid_size} points; {result.seconds:.1f} s")
     con.print(table)
@@ -1233,13 +1259,18 @@ def _inputs_block(req: PlanRequest, inputs: Inputs, search_method: str) -> dict:
     else:
         rate, duration, seed, workload = req.rps, req.duration, req.seed, req.workload
         requests = len(inputs.stream(req.rps, req.seed)) if req.rps is not None else None
+    extra = {}
+    if req.goal == "max-throughput":   # the budget as the catalog prices it (40xH100: 40 of its H100 machines)
+        spec = req.budget_power if req.objective == "power" else req.budget_cost
+        amount = parse_budget(spec, req.objective, inputs.machines)
+        extra["budget"] = {"objective": req.objective, "amount": round(amount, 9)}
     return _inputs(model=req.model, tensor_parallel=req.tp, workload=workload, trace=req.trace, rate=rate,
                    duration_s=duration, seed=seed, requests=requests, slo_file=req.slos, slos=inputs.slos,
                    machines_file=req.machines_file, machines=inputs.machines,
                    profiles_file=req.profiles, method=search_method, confirm_method=req.confirm_method,
                    goal=req.goal, budget_power=req.budget_power, budget_cost=req.budget_cost,
                    designs=list(req.designs), seeds=1 if req.trace else req.seeds, strategy=req.strategy,
-                   margin=req.margin, kv_transfer=req.scheduler.kv_transfer())
+                   margin=req.margin, kv_transfer=req.scheduler.kv_transfer(), **extra)
 
 
 def plan_report(result: PlanResult) -> dict:
@@ -1300,7 +1331,7 @@ def write_reports(result: PlanResult, *, json_path=None, csv_path=None, plot_pat
     if plot_path is not None:
         from .plots import write_plot
         written.append(write_plot(plot_path, designs=comparison(result),
-                                  title=f"splitwise-plan: {plan_title(result.request, result.trace_s)}"))
+                                  title=f"splitwise-plan: {plan_title(result.request, result.trace_s, result.budget)}"))
     if json_path is not None:
         written.append(write_json(json_path, plan_report(result)))
     return written

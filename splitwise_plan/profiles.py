@@ -62,6 +62,11 @@ def read_user_csv(path: Path, what: str) -> pd.DataFrame:
     except OSError as exc:
         raise SplitwisePlanError(f"{what} file {path} cannot be read: {exc.strerror or exc}") from None
     df.columns = [str(c).strip() for c in df.columns]
+    if any("." in c for c in df.columns):   # pandas renames a repeated column X to X.1: which one is meant?
+        names = [str(c).strip() for c in pd.read_csv(path, header=None, nrows=1, dtype=str).iloc[0]]
+        twice = sorted({c for c in names if names.count(c) > 1})
+        if twice:
+            raise SplitwisePlanError(f"{what} file {path}: column {twice[0]} appears more than once")
     return df
 
 
@@ -161,9 +166,10 @@ def _medians(rows: pd.DataFrame, source: str) -> pd.DataFrame:
            .median()
            .reset_index())
     if len(med) < 2:
+        group = ", ".join(f"{c} {rows[c].iloc[0]}" for c in ("model", "hardware", "tensor_parallel")) if len(rows) else ""
         raise SplitwisePlanError(
             f"profile {source} needs at least two distinct prompt_size*batch_size values "
-            f"per (model, hardware, tensor_parallel) to interpolate; found {len(med)}")
+            f"per (model, hardware, tensor_parallel) to interpolate; {group} has {len(med)}")
     return med
 
 
@@ -184,7 +190,7 @@ def _validate(df: pd.DataFrame, path: Path) -> pd.DataFrame:
         if bad.any():
             line, _ = _bad_row(df, bad)
             raise SplitwisePlanError(f"profile file {path}, line {line}, column {col}: empty value")
-        out[col] = s.astype(str).str.strip().to_numpy()
+        out[col] = s.astype(str).str.strip().str.lower().to_numpy()   # matched in any case
     for col in INT_COLUMNS:
         out[col] = numeric_column(df, col, path, "profile", integer=True)
     for col in TIME_COLUMNS:

@@ -97,11 +97,13 @@ class SLOSet:
 
     def reference_model(self, profiles, model: str):
         """The latency model slowdowns are measured against: ``model`` alone on the reference hardware."""
+        hw, tp = self.reference_hardware.strip().lower(), self.reference_tensor_parallel   # any case, as the profiles
         try:
-            return profiles.latency_model(model, self.reference_hardware, self.reference_tensor_parallel)
+            return profiles.latency_model(model, hw, tp)
         except SplitwisePlanError as exc:
-            raise SplitwisePlanError(f"SLO set {self.name!r}, reference_hardware {self.reference_hardware!r} and "
-                                     f"reference_tensor_parallel {self.reference_tensor_parallel}: {exc}") from None
+            raise SplitwisePlanError(f"slowdowns are measured against {model} alone on {hw} at TP{tp} (the reference "
+                                     f"of SLO set {self.name!r}; an SLO file sets reference_hardware and "
+                                     f"reference_tensor_parallel): {exc}") from None
 
     def __iter__(self):
         return iter(self.slos)

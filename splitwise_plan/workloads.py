@@ -7,6 +7,8 @@ trace generator does. ``load_trace`` replays a trace file exactly instead.
 
 from __future__ import annotations
 
+import math
+
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,7 +178,7 @@ def _resolve(name_or_path: str | Path, what: str = "workload") -> tuple[str, Pat
     if p.exists() or p.suffix or "/" in key or "\\" in key:
         return p.stem, user_file(p, what)
     raise SplitwisePlanError(
-        f"unknown workload {key!r}; valid: {choices(SHIPPED_WORKLOADS)} or a path to an Azure-format CSV")
+        f"unknown workload {key!r}; valid: {choices(SHIPPED_WORKLOADS)} or a path to a trace CSV (Azure or reference format)")
 
 
 def load_trace(path: str | Path) -> RequestStream:
@@ -184,7 +186,9 @@ def load_trace(path: str | Path) -> RequestStream:
     or the reference simulator's (arrival_timestamp, prompt_size, token_size).
 
     Azure timestamps become seconds after the first request; reference arrivals are kept
-    as they are. Rows are put in arrival order (stable) if the file is not sorted.
+    to the second, less the whole seconds before the first request (a window cut from a
+    longer log replays at its own rate, with no idle lead-in, and a trace that starts at 0
+    replays exactly). Rows are put in arrival order (stable) if the file is not sorted.
     """
     name, p = _resolve(path, "trace")
     df = read_user_csv(p, "trace")
@@ -200,6 +204,7 @@ def load_trace(path: str | Path) -> RequestStream:
         if arrivals.min() < 0:
             line = int(np.argmin(arrivals)) + 2
             raise SplitwisePlanError(f"trace file {p}, line {line}, column arrival_timestamp: negative time")
+        arrivals = arrivals - math.floor(arrivals.min())
     else:
         raise SplitwisePlanError(
             f"trace file {p} has columns {', '.join(df.columns) or '(none)'}; expected the Azure format "
@@ -239,4 +244,6 @@ def load_workload(name_or_path: str | Path) -> Workload:
     """A shipped workload (``coding``, ``conversation``) or the sizes in a trace CSV of either format."""
     name, p = _resolve(name_or_path)  # checks the name or file first, as a workload
     stream = load_trace(p)
+    if name not in SHIPPED_WORKLOADS or p != data_file("workloads", SHIPPED_WORKLOADS[name]):
+        name = os.fspath(name_or_path)   # a user's file is named as given: reports must not read as a shipped one
     return Workload(name, stream.prompt_tokens, stream.output_tokens, source=str(p))

@@ -77,6 +77,9 @@ def test_check_trace_with_headroom(capsys, write, tmp_path):
     ('design = "HH"\nprompt_machines = 1\ntoken_machines = 1\nmodel = "gpt-9"\n', "gpt-9"),
     ('design = "HH"\nprompt_machines = -1\ntoken_machines = 1\n', "at least 1"),
     ('prompt_machines = 1\ntoken_machines = 1\n', "design"),
+    (SMALL + "tensor_parallel = 16\n", "bad.toml (bloom-176b at TP16 on dgx-h100): dgx-h100 has 8 GPUs, fewer"),
+    (SMALL + "tensor_parallel = 2\n", "bad.toml (bloom-176b at TP2 on dgx-h100): the weights of bloom-176b"),
+    (SMALL + 'model = "llama2-70b"\ntensor_parallel = 1\n', "bad.toml (llama2-70b at TP1 on dgx-h100): "),
 ])
 def test_check_bad_cluster_file_exit_2(capsys, write, text, match):
     code, out, err = run(capsys, "check", write("bad.toml", text), "--rps", 5, *FAST)
@@ -203,3 +206,14 @@ def test_capacity_of_a_cluster_that_holds_no_rate_points_to_a_longer_duration(ca
     code, out, err = run(capsys, "capacity", write("tiny.toml", TINY), "--duration", 3, "--method", "events", "--quiet")
     assert code == 1, out + err
     assert "none; the SLOs fail even at 3.334 req/s" in out and "is the lowest rate tried" in out
+
+
+def test_a_cluster_at_a_tp_its_profiles_lack_names_the_cluster_file(capsys, write, tmp_path):
+    import pandas as pd
+    from splitwise_plan.paths import data_file
+    df = pd.read_csv(data_file("profiles", "perf_model.csv"))
+    df[df.tensor_parallel == 8].to_csv(tmp_path / "tp8.csv", index=False)
+    cluster = write("tp4.toml", SMALL + 'model = "llama2-70b"\ntensor_parallel = 4\n')
+    for cmd in (["check", cluster, "--rps", 5], ["capacity", cluster]):
+        code, out, err = run(capsys, *cmd, "--profiles", tmp_path / "tp8.csv", *FAST)
+        assert code == 2 and err.startswith(f"error: cluster file {cluster} (llama2-70b at TP4 on dgx-h100): no profile")

@@ -84,6 +84,18 @@ def test_simulate_exit_0_when_slos_fail(capsys):
     assert json.loads(out)["slo"]["met"] is False
 
 
+def test_a_workload_file_is_reported_as_the_file_not_a_shipped_workload(capsys, tmp_path, monkeypatch):
+    """Her own sizes in a file named coding.csv are hers: the report names the file, never the
+    shipped coding workload it would read as."""
+    (tmp_path / "sub").mkdir()
+    load_workload("conversation").generate(20, duration_s=30, seed=0).to_csv(tmp_path / "sub" / "coding.csv")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "simulate", "--design", "HH", "-p", 2, "-t", 1, "--rps", 5, *FAST,
+                         "--workload", "sub/coding.csv", "--json", "r.json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "r.json").read_text())["inputs"]["workload"] == "sub/coding.csv"
+    assert "sub/coding.csv at 5 req/s" in out
+
 def test_simulate_json_and_csv_files(capsys, tmp_path):
     j, c = tmp_path / "r.json", tmp_path / "r.csv"
     code, out, err = run(capsys, "simulate", "--design", "a100", "--machines", 3, "--rps", 5, *FAST,

@@ -272,3 +272,26 @@ def test_render_in_a_notebook_is_wide_enough_for_every_number(monkeypatch):
     widths.clear()
     planner.render(res, console=rc.Console(width=100))   # a console of the caller's is theirs
     assert set(widths) == {100}
+
+
+def test_the_table_shows_the_plans_own_slos(tmp_path):
+    """Her SLOs (P95 TTFT in seconds, P99.9 E2E as a slowdown) are the table's columns, with the
+    values the verdict judged, the tightest starred; not the paper's nine slowdowns."""
+    import rich.console as rc
+    slo = tmp_path / "mine.toml"
+    slo.write_text('name = "mine"\n[ttft]\nunit = "seconds"\np95 = 3.0\n[e2e]\n"p99.9" = 8\n')
+    res = plan(PlanRequest(goal="min-cost", rps=10, designs=("H100",), duration=10, jobs=1,
+                           confirm_method="fluid", slos=str(slo)))
+    con = rc.Console(width=200, record=True, color_system=None)
+    planner.render(res, console=con)
+    text = con.export_text()
+    assert "P95, s" in text and "P99.9" in text and "P50" not in text and "TBT" not in text
+    r = res.get("H100").result
+    ttft, e2e = r.latency_s["ttft"][95], r.slowdown["e2e"][99.9]
+    row = next(line for line in text.splitlines() if "baseline-h100" in line)
+    assert f"{ttft:.3g}" in row and f"{e2e:.2f}" in row
+    tight = r.tightest
+    starred = f"{ttft:.3g}*" if tight["metric"] == "ttft" else f"{e2e:.2f}*"
+    assert starred in row
+    assert ("the plan's SLOs as slowdowns vs the request alone on a DGX-A100; columns marked s in seconds"
+            in " ".join(text.split()))   # the caption, wrapped

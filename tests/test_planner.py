@@ -99,6 +99,8 @@ def test_max_throughput_within_a_power_budget():
         assert d.rate > 0
         assert d.power <= 6 * 44.0 + 1e-9
     assert res.winner == max(res.designs, key=lambda d: d.rate).design
+    assert res.inputs["budget"] == {"objective": "power", "amount": 264.0}   # 6 DGX-H100 of 44 each
+    assert "max-throughput within power budget 6xH100 = 264 - " in planner.plan_title(res.request, budget=res.budget)
 
 
 def test_max_throughput_tries_the_next_design_at_a_rate_before_lowering_it(monkeypatch):
@@ -275,3 +277,26 @@ def test_goal_and_model_names_in_any_case():
     assert (req.goal, req.model) == ("min-cost", "bloom-176b")
     with pytest.raises(SplitwisePlanError, match="unknown model"):
         PlanRequest(goal="min-cost", rps=10, model="bloom")
+
+
+def test_designs_of_the_users_own_machine_types(tmp_path):
+    """A machine type of her catalog plans as PROMPT:TOKEN or baseline:MACHINE. One that is a DGX-H100
+    at twice the price and power has every key doubled: the same machine counts as Splitwise-HH and
+    Baseline-H100, at twice their cost."""
+    from splitwise_plan.designs import get_design
+    cat = tmp_path / "mine.toml"
+    cat.write_text('[machines.my-h100]\nhardware = "H100-80GB"\ngpus = 8\nhbm_gib_per_gpu = 80\n'
+                   'cost = 9.52\npower = 88.0\n')
+    opts = dict(goal="min-cost", rps=20, duration=20, jobs=1)
+    mine = plan(designs=("my-h100:my-h100", "baseline:MY-H100"), machines_file=str(cat), **opts)
+    ours = plan(designs=("HH", "H100"), **opts)
+    for custom, shipped in (("my-h100:my-h100", "splitwise-hh"), ("baseline:my-h100", "baseline-h100")):
+        a, b = mine.get(custom), ours.get(shipped)
+        assert (a.status, a.prompt, a.token) == (b.status, b.prompt, b.token) and a.status == "ok"
+        assert a.cost == pytest.approx(2 * b.cost)
+    assert get_design("DGX-H100:dgx-a100").name == "splitwise-ha"   # a shipped design's machines: that design
+    assert get_design("baseline:dgx-a100").name == "baseline-a100"
+    with pytest.raises(SplitwisePlanError, match="needs machine 'nope', which the machine catalog lacks"):
+        plan(designs=("nope:dgx-a100",), **opts)
+    with pytest.raises(SplitwisePlanError, match="PROMPT:TOKEN"):
+        get_design("H200")

@@ -128,7 +128,7 @@ def test_profile_accuracy_zero_on_exactly_linear_profile(write):
     (GOOD.replace("128,1,16", "128,1.5,16"), "line 2, column batch_size: '1.5' is not a positive integer"),
     (GOOD.replace("256,1,16,20,6,8", "256,1,16,20,6,0"), "line 3, column tensor_parallel"),
     (GOOD.replace("m,g,256", ",g,256"), "line 3, column model: empty value"),
-    (HEADER + "m,g,128,1,16,10,5,8\n", "at least two distinct"),
+    (HEADER + "m,g,128,1,16,10,5,8\n", "interpolate; model m, hardware g, tensor_parallel 8 has 1"),
 ])
 def test_bad_profile_files(write, text, needle):
     path = write("bad.csv", text)
@@ -164,3 +164,19 @@ def test_extrapolation_is_the_references_until_it_would_reach_zero():
                            (falling, 10.0, 0.0005), (rising, 5.0, 0.5), (rising, 0.0, 0.001), (rising, 30.0, 3.0)):
         assert curve(x) == pytest.approx(want) and curve.at(x) == pytest.approx(want)
     assert np.allclose(falling(np.array([1.5, 10.0])), [0.75, 0.0005])
+
+
+def test_names_in_a_users_profile_match_in_any_case(tmp_path):
+    """BLOOM-176B and DGX hardware spelled in capitals (or half of the rows so) are the same
+    model and hardware: one entry each, the same latencies, the default SLOs' reference found."""
+    from splitwise_plan.simulator import Simulator
+    from splitwise_plan.workloads import load_workload
+    df = pd.read_csv(data_file("profiles", "perf_model.csv"))
+    df.loc[::2, "model"] = df.loc[::2, "model"].str.upper()
+    df["hardware"] = df["hardware"].str.upper()
+    df.to_csv(tmp_path / "mine.csv", index=False)
+    mine, shipped = load_profiles(tmp_path / "mine.csv"), load_profiles()
+    assert mine.entries() == shipped.entries()
+    stream = load_workload("coding").generate(10, duration_s=10, seed=0)
+    ours = Simulator(stream, "BLOOM-176B", profiles=mine).run("HH", 3, 1)
+    assert ours == Simulator(stream, profiles=shipped).run("HH", 3, 1)

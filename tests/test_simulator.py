@@ -570,3 +570,19 @@ def test_a_design_stopped_before_its_first_sample_reads_busy():
     stream = load_workload("coding").generate(2000.0, duration_s=2.0, seed=0)
     r = Simulator(stream, method="fluid").run("HH", 3, 2)
     assert r.overloaded and r.prompt_utilization > 0.9
+
+
+@pytest.mark.parametrize("design,n_prompt,n_token", [("HH", 1, 1), ("H100", 2, 0)])
+def test_a_sparse_trace_keeps_its_long_quiet_spells(design, n_prompt, n_token):
+    """Requests minutes apart (a day's trace of a small service): each runs as if alone, and
+    the machines are busy only while they run, as the oracle says; long decodes span the gaps."""
+    arrivals = np.array([0.0, 400.0, 401.0, 1800.0, 5000.0])
+    stream = RequestStream(arrivals, np.array([1500, 300, 2500, 800, 100]), np.array([1500, 40, 900, 1, 2000]))
+    fluid = Simulator(stream, method="fluid").run(design, n_prompt, n_token)
+    oracle = Simulator(stream, method="events").run(design, n_prompt, n_token)
+    assert fluid.completed == oracle.completed == 5
+    for m in ("ttft", "e2e"):
+        assert fluid.latency_s[m][50] == pytest.approx(oracle.latency_s[m][50], rel=0.02)
+    # busy a few hundred seconds of about 5,000 per machine: sampled every 0.25 s, as the oracle's
+    assert 0.01 < oracle.utilization < 0.2
+    assert fluid.utilization == pytest.approx(oracle.utilization, rel=0.05)

@@ -105,9 +105,20 @@ def test_replay_reference_format_exactly(sim_dir):
     np.testing.assert_array_equal(s.output_tokens, raw["token_size"].to_numpy())
     assert s.rate == pytest.approx(70.85, rel=0.001)  # the README's effective rate (8502 / ~120 s)
     t = load_trace(sim_dir / "test_trace.csv")
-    assert t.arrival_s.tolist() == [1.0, 3.0, 4.0]
+    assert t.arrival_s.tolist() == [0.0, 2.0, 3.0]   # the file's [1, 3, 4], less the idle second before the first
     assert t.prompt_tokens.tolist() == [4096, 2048, 2048]
     assert t.output_tokens.tolist() == [32, 8, 16]
+
+
+@pytest.mark.parametrize("lead_in", [3600.0, 1.7e9])
+def test_a_trace_cut_from_a_longer_log_replays_at_its_own_rate(write, lead_in):
+    """Arrivals counted from a log's start (an hour in, or Unix time) replay as the same trace
+    from 0, to the second: same rate and span, no idle lead-in to simulate."""
+    rows = [(0.25, 100, 5), (0.75, 200, 3), (2.5, 50, 9), (4.25, 80, 2)]
+    text = "arrival_timestamp,prompt_size,token_size\n" + "".join(f"{a + lead_in!r},{p},{o}\n" for a, p, o in rows)
+    s = load_trace(write("late.csv", text))
+    assert s.arrival_s.tolist() == [0.25, 0.75, 2.5, 4.25]
+    assert s.rate == pytest.approx(4 / 4.25)
 
 
 def test_replay_azure_format_exactly(coding):
@@ -150,6 +161,7 @@ def test_stream_csv_round_trip(coding, tmp_path):
     ("arrival_timestamp,prompt_size,token_size\n1,5,2\n-1,5,2\n", "line 3, column arrival_timestamp: negative"),
     ("arrival_timestamp,prompt_size,token_size\nx,5,2\n", "line 2, column arrival_timestamp"),
     ("arrival_timestamp,prompt_size,token_size\n1,5,\n", "line 2, column token_size: an empty or NaN value"),
+    ("arrival_timestamp,prompt_size,token_size,prompt_size\n1,5,2,9\n", "column prompt_size appears more than once"),
 ])
 def test_bad_trace_files(write, text, needle):
     with pytest.raises(SplitwisePlanError) as err:
