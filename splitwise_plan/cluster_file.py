@@ -163,6 +163,9 @@ def parse_cluster(doc: Mapping, where: str = "cluster file",
             design = replace(design, prompt_machine=machine_type("prompt_machine_type"))
         if "token_machine_type" in doc:
             design = replace(design, token_machine=machine_type("token_machine_type"))
+    # machine types of its own make it the design of those pools (named PROMPT:TOKEN or baseline:MACHINE)
+    design = get_design(f"baseline:{design.prompt_machine}" if design.is_baseline
+                        else f"{design.prompt_machine}:{design.token_machine}")
     model = _string(where, "model", doc.get("model", "bloom-176b"))
     try:
         model = by_name(BUILTIN_MODELS, model).name

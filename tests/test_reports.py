@@ -220,8 +220,12 @@ def test_nothing_to_plot(tmp_path):
 def test_cluster_toml_and_yaml(write):
     spec = load_cluster(write("c.toml", 'name = "prod"\ndesign = "hh"\nprompt_machines = 27\n'
                                         'token_machines = 3\ntp = 8\ntoken_machine_type = "dgx-a100"\n'))
-    assert (spec.design.name, spec.prompt_machines, spec.token_machines) == ("splitwise-hh", 27, 3)
+    # H100 prompt machines and A100 token machines are Splitwise-HA, whatever design the file started from
+    assert (spec.design.name, spec.prompt_machines, spec.token_machines) == ("splitwise-ha", 27, 3)
     assert spec.design.token_machine == "dgx-a100" and spec.model == "bloom-176b" and spec.name == "prod"
+    ah = load_cluster(write("ah.toml", 'design = "AA"\nprompt_machines = 2\ntoken_machines = 1\n'
+                                       'token_machine_type = "dgx-h100"\n'))
+    assert ah.design.name == "dgx-a100:dgx-h100" and ah.design.machines == ("dgx-a100", "dgx-h100")
     base = load_cluster(write("b.toml", 'design = "H100"\nmachines = 40\nmodel = "llama2-70b"\n'))
     assert base.is_baseline and base.machines == 40 and base.token_machines == 0
     pytest.importorskip("yaml")
