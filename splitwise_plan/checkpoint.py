@@ -37,9 +37,11 @@ def fingerprint(inputs: dict, stream, design: str, **extra) -> str:
 
 
 def path_for(*outputs) -> Path | None:
-    """Where a sweep keeps its checkpoint: beside its first output file (None: no file output)."""
+    """Where a sweep keeps its checkpoint: beside its first output file (None: no file output; standard
+    output, a device or a pipe is none: a checkpoint beside /dev/stdout would land in /dev)."""
+    from .reports import is_stdout, not_a_file
     for out in outputs:
-        if out is not None and str(out) != "-":
+        if out is not None and str(out) != "-" and not is_stdout(out) and not not_a_file(Path(out)):
             p = Path(out)
             return p.with_name(p.name + ".partial")
     return None

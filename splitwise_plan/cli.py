@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -23,6 +24,7 @@ from . import __version__
 from .errors import SplitwisePlanError
 
 EXIT_USER_ERROR = 2
+EXIT_INTERNAL_ERROR = 3   # a bug: never 1, which check and capacity keep for "the SLOs fail"
 
 
 def report_error(exc: SplitwisePlanError) -> None:
@@ -30,6 +32,19 @@ def report_error(exc: SplitwisePlanError) -> None:
     message = " ".join(str(exc).split())
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
+
+
+def report_internal_error(exc: BaseException) -> int:
+    """Print an unexpected exception (a bug) as one line and return its exit status; the traceback
+    when SPLITWISE_PLAN_TRACEBACK is set (to report it)."""
+    if os.environ.get("SPLITWISE_PLAN_TRACEBACK"):
+        import traceback
+        traceback.print_exception(exc)
+    message = " ".join(f"{type(exc).__name__}: {exc}".split())
+    sys.stderr.write(f"error: internal error of splitwise-plan {__version__} (a bug; please report it, with the "
+                     f"traceback that SPLITWISE_PLAN_TRACEBACK=1 prints): {message}\n")
+    sys.stderr.flush()
+    return EXIT_INTERNAL_ERROR
 
 
 class _Group(TyperGroup):
@@ -61,6 +76,10 @@ class _Group(TyperGroup):
         except SplitwisePlanError as exc:
             report_error(exc)
             raise typer.Exit(code=EXIT_USER_ERROR) from None
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as exc:   # a bug: one line, exit 3
+            raise typer.Exit(code=report_internal_error(exc)) from None
 
 
 def reject_stream_options(ctx) -> None:
@@ -94,11 +113,12 @@ app = typer.Typer(
 )
 
 
-def console() -> Console:
-    """Rich console for stdout; no colour and no 80-column squeeze when stdout is not a terminal."""
-    c = Console(highlight=False)
+def console(stderr: bool = False) -> Console:
+    """Rich console for stdout (``stderr``: for stderr, when a report takes stdout); no colour and no
+    80-column squeeze when it is not a terminal."""
+    c = Console(highlight=False, stderr=stderr)
     if not c.is_terminal:
-        c = Console(highlight=False, width=max(c.width, 160))
+        c = Console(highlight=False, stderr=stderr, width=max(c.width, 160))
     return c
 
 
@@ -189,7 +209,7 @@ def root(
 def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path],
                      quiet: bool) -> None:
     """Run the planner with a progress bar (per finished design), then write the reports and the table."""
-    from .cli_simulate import STDOUT, _check_outputs, _note, _print_json
+    from .cli_simulate import STDOUT, _check_outputs, _note, _print_json, stdout_taken
     from .planner import plan, plan_report, render, write_reports
     from .progress import progress
 
@@ -205,7 +225,7 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
     if json_out == STDOUT:
         _print_json(plan_report(result))
     else:
-        render(result, console())
+        render(result, console(stderr=stdout_taken(json_out, csv_out, plot)))
     for path in written:
         _note(f"wrote {path}", quiet)
 
@@ -337,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
+    except Exception as exc:   # a bug outside a command's run
+        return report_internal_error(exc)
     finally:
         if own:
             signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -309,27 +309,30 @@ def _json_target(json_out: Optional[str]) -> Optional[str]:
     return json_out
 
 
-def _is_stdout(path) -> bool:
-    """Is ``path`` this process's standard output (/dev/stdout, /dev/fd/1, the terminal or pipe it is)?"""
-    try:
-        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):   # no such file yet, or stdout is no real file
-        return False
-    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+def stdout_taken(*outputs) -> bool:
+    """Does a report go to standard output (``--json -``, or a path that is stdout, /dev/stdout)? Then the
+    tables and lines for people go to stderr: stdout carries the report alone, for the tool that reads it."""
+    from .reports import is_stdout
+    return any(o is not None and (str(o) == STDOUT or is_stdout(o)) for o in outputs)
 
 
 def _check_outputs(json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path] = None,
                    requests: Optional[Path] = None, inputs: Optional[dict] = None) -> None:
     """Fail now, with one line, on an output path that could not be written, that two outputs share,
     that is standard output twice, or that names one of the command's ``inputs`` ({option: path})."""
-    from .reports import check_outputs
+    from .reports import check_outputs, is_stdout
     files = {"--json": None if json_out == STDOUT else json_out, "--csv": csv_out, "--plot": plot,
              "--requests": requests}
+    to_stdout = ["--json -"] if json_out == STDOUT else []
     for flag, p in files.items():
         if p is not None and str(p) == STDOUT:
             raise SplitwisePlanError(f"{flag} needs a file name: '-' (standard output) is for --json only")
-        if p is not None and json_out == STDOUT and _is_stdout(p):
-            raise SplitwisePlanError(f"--json - and {flag} {p} both write to standard output: give {flag} a file")
+        if p is not None and is_stdout(p):
+            to_stdout.append(f"{flag} {p}")
+    if len(to_stdout) > 1:
+        *first, last = to_stdout
+        raise SplitwisePlanError(f"{', '.join(first)} and {last} {'both' if len(first) == 1 else 'all'} write to "
+                                 f"standard output: give {last.split()[0]} a file")
     check_outputs(files, inputs)
 
 
@@ -449,7 +452,7 @@ def simulate_cmd(
     if json_out == STDOUT:
         _print_json(result.to_dict())
         return
-    c = console()
+    c = console(stderr=stdout_taken(json_out, csv_out, requests_out))
     c.print(result_table(result, inp.slos, title=_counts_label(result)))
     c.print(inp.describe())
     c.print(f"{plural(result.requests, 'request')}, {result.completed:,} completed"
@@ -600,7 +603,7 @@ def sweep_cmd(
     if json_out == STDOUT:
         _print_json(doc)
         return
-    c = console()
+    c = console(stderr=stdout_taken(json_out, csv_out, plot))
     table = Table(title=f"Sweep of {d.name}: {len(results):,} design points, {summary['passing']:,} hold all SLOs")
     for col in ("prompt", "token", "machines", "cost", "power", "tightest SLO", "value / limit", "holds"):
         table.add_column(col, justify="right")
@@ -742,7 +745,7 @@ def check_cmd(
         else:
             lines.append(f"FAIL: {len(result.violations)} of {n} SLOs violated:")
             lines.extend(violation_lines(result))
-        typer.echo("\n".join(lines))
+        typer.echo("\n".join(lines), err=stdout_taken(json_out, csv_out))
     if not passed:
         raise typer.Exit(code=1)
 
@@ -915,16 +918,17 @@ def capacity_cmd(
             n = failed.requests - failed.completed
             how += (f"; at {float(fail)!r} req/s the SLOs hold but {plural(n, 'request')} never got "
                     f"{'their' if n > 1 else 'its'} KV-cache memory")
+        err = stdout_taken(json_out, csv_out)   # a report takes stdout: this line goes to stderr
         if cap is None:
             short = (f"; {MIN_STREAM_REQUESTS} requests in {duration:g} s is the lowest rate tried: a longer "
                      "--duration tries lower ones"
                      if fail <= _round_rate(min_rate, _rate_digits(precision), math.ceil) else "")
-            typer.echo(f"capacity of {head}: none; the SLOs fail even at {float(fail)!r} req/s ({how}){short}")
+            typer.echo(f"capacity of {head}: none; the SLOs fail even at {float(fail)!r} req/s ({how}){short}", err=err)
         elif fail is None:
-            typer.echo(f"capacity of {head}: at least {float(cap)!r} req/s (the largest rate tried; {how})")
+            typer.echo(f"capacity of {head}: at least {float(cap)!r} req/s (the largest rate tried; {how})", err=err)
         else:
             # the rates tried, exactly: ``check --rps`` at them simulates the same streams
-            typer.echo(f"capacity of {head}: {float(cap)!r} req/s (fails at {float(fail)!r}; {how})")
+            typer.echo(f"capacity of {head}: {float(cap)!r} req/s (fails at {float(fail)!r}; {how})", err=err)
     if cap is None:
         raise typer.Exit(code=1)
 

@@ -61,8 +61,8 @@ _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 _CHECK = 256            # requests between two verdict checks
 _POPCOUNT = getattr(np, "bitwise_count", None)   # numpy >= 2.0: counts decode slots fast (see _count)
 _REFERENCE_ONLY = ("max_batch_size", "max_preemptions", "flow_retry_s")   # scheduler fields it does not model
-_BUSY_BLOCK = 32        # designs whose decode waits are solved together (memory grows with it)
 _RUN_WINDOW = 32        # buckets ahead (8 s) searched for the end of a decode run (a multiple of _BLOCK)
+_NO_ROOM = 1e18         # a stopped design's last batches' tokens: nothing joins them
 _QUIET = 16             # buckets between two arrivals past which advance() skips the empty ones
 
 
@@ -564,12 +564,28 @@ class _Run:
             q_end_f[prev_slot(q_tail[fk])] -= dk   # its prompt: the machine's latest
             q_next[fk] = q_end_f[q_head[fk]]
 
+        def bank(rows, seen):
+            """Add the busy samples ``seen`` of ``rows`` to their designs' busy seconds, by pool."""
+            busy_s[act[rows]] += np.stack([seen[:, :Cp].sum(axis=1), seen[:, Cp:].sum(axis=1)], axis=1) * _RING_S
+
         def flush_busy():
-            """Bank the busy samples of the designs simulated; the stopped ones were sampled until now
-            (one stopped before the first bucket boundary is sampled once, as it stops: which machines got work)."""
-            seen = busy if last else busy + ((running >= 0.5) | (W > 0.0))
-            busy_s[act] += np.stack([seen[:, :Cp].sum(axis=1), seen[:, Cp:].sum(axis=1)], axis=1) * _RING_S
-            sampled_s[act[dying]] = max(last, 1) * _RING_S
+            """Bank the busy samples of the designs still going (a stopped one's were banked as it stopped)."""
+            live = ~dying
+            bank(live, busy[live])
+
+        def halt(gone):
+            """Stop the designs at rows ``gone`` (a mask) now: bank their busy samples (one stopped before the
+            first bucket boundary is sampled once: which machines got work) and let none of their later
+            requests change an earlier one's prompt batch, so what they report does not depend on when the
+            pass drops them (which the designs beside them decide)."""
+            nonlocal n_dying
+            seen = busy[gone] if last else busy[gone] + ((running[gone] >= 0.5) | (W[gone] > 0.0))
+            bank(gone, seen)
+            sampled_s[act[gone]] = max(last, 1) * _RING_S
+            pq.ob_tok[gone] = _NO_ROOM      # no later prompt joins a batch of theirs
+            waiting.reshape(-1, M)[gone] = False   # nor pulls a waiting one forward
+            dying[gone] = True
+            n_dying = np.count_nonzero(dying)
 
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
@@ -641,8 +657,7 @@ class _Run:
                 gone = self._hopeless(checked, i, pq, act, tau_req, pmach, dmach) & ~dying
                 checked = i
                 if np.count_nonzero(gone):
-                    dying |= gone
-                    n_dying = np.count_nonzero(dying)
+                    halt(gone)
                     failed[act[gone]] = True
                     stop[act[gone]] = i
             if n_dying and (i % 1024 == 0 or n_dying * 4 >= D):
@@ -750,8 +765,7 @@ class _Run:
                     waiting[fp] = False         # the machine's last batch is this prompt's
             if start[start.argmax()] - t > self.overload_s:
                 over = (start - t > self.overload_s) & ~dying
-                dying |= over
-                n_dying = np.count_nonzero(dying)
+                halt(over)
                 stop[act[over]] = i + 1
             qh, fk = q_head[fp], q_tail[fp]         # the next slot of the machine's prompt ring
             full = q_end_f[fk] < inf                # its R slots all hold prompts not yet done
@@ -796,22 +810,27 @@ class _Run:
             t1 = self.a[:, None] + ttft[:, sl] + np.where(pmach[:, sl] == dmach[:, sl], 0.0, self.xfer[:, None])
             return t1, tau_req[:, sl] * iters
 
-        # a block of designs at a time (bounded memory): the last token if no prompt batch delayed
-        # the decode, then plus the waits for the prompt batches run on its machine meanwhile
-        blocks = [slice(lo, lo + _BUSY_BLOCK) for lo in range(0, ttft.shape[1], _BUSY_BLOCK)]
+        # one design at a time, on its own axis: the last token if no prompt batch delayed the decode,
+        # then plus the waits for the prompt batches run on its machine meanwhile. Its numbers are
+        # then its own, whatever designs shared its pass (a common axis rounds each by its neighbours)
         alone = np.empty_like(ttft)
-        batch_end = 0.0
-        for sl in blocks:
+        for d in range(ttft.shape[1]):
+            sl = slice(d, d + 1)
             t1, base = decode(sl)
             alone[:, sl] = t1 + base
-            batch_end = max(batch_end, float(np.max(pq.bstart[:, sl] + pq.bdur[:, sl])))
-        # a machine's stretch of the decode-wait axis holds its batches and any decode's end
-        span = 2.0 * batch_end + max(float(np.nanmax(alone)), 0.0) + 10.0
-        for sl in blocks:
-            t1, base = decode(sl)   # again: keeping them for every design would cost 16 bytes a request each
-            waits = _MachineBusy(pq.bstart[:, sl], pq.bdur[:, sl], pq.bcred[:, sl], pq.leaders(sl), M,
-                                 pmach[:, sl], dmach[:, sl], span)
-            alone[:, sl] += waits.delays(t1, base)
+            n = int(stop[d])                    # its requests (those of a stopped design before it stopped)
+            if not n:
+                continue
+            # a machine's stretch of the decode-wait axis holds its batches and any decode's end
+            last = max(float(np.max(pq.bstart[:n, sl] + pq.bdur[:n, sl])), 0.0)
+            span = 2.0 * last + max(float(np.nanmax(alone[:n, sl])), 0.0) + 10.0
+            pm, dm = pmach[:n, sl], dmach[:n, sl]
+            shift = Cp - int(self.cp[d])   # its token machines after its own prompt machines, not the pass's
+            if shift:
+                pm, dm = (np.where(x >= Cp, x - shift, x) for x in (pm, dm))
+            waits = _MachineBusy(pq.bstart[:n, sl], pq.bdur[:n, sl], pq.bcred[:n, sl], pq.leaders(sl)[:n],
+                                 int(self.machines[d]), pm, dm, span)
+            alone[:n, sl] += waits.delays(t1[:n], base[:n])
         del t1, base, waits, pmach, dmach, tau_req
         pq.free("bstart", "bcred", "rb", "bdur")   # what the outcome no longer needs
         return self._outcome(busy_s, ttft, alone, oom, stop, failed, sampled_s)

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import stat
+import sys
 import tempfile
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -79,26 +80,44 @@ def check_outputs(outputs: Mapping, inputs: Mapping | None = None) -> None:
             check_writable(p, _OUTPUT_KINDS.get(flag, "output"))
 
 
+def is_stdout(path) -> bool:
+    """Is ``path`` this process's standard output (/dev/stdout, /dev/fd/1, the terminal, pipe or file it is)?"""
+    try:
+        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, TypeError):   # no such file yet, or stdout is no real file
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def check_writable(path: str | Path, what: str = "output") -> Path:
-    """Fail early, with one line, when ``path`` cannot be written (before any long run)."""
+    """Fail early, with one line, when ``path`` cannot be written (before any long run): the folder of
+    the file it names (through its links) must take a new file, as the atomic write will make one."""
     p = Path(path).expanduser()
-    parent = p.parent if str(p.parent) else Path(".")
     if str(path).endswith(("/", os.sep)):   # Path() drops the slash: a folder was meant
         raise SplitwisePlanError(f"{what} path {path} names a folder (it ends with /); give a file name")
     if p.is_dir():
         raise SplitwisePlanError(f"{what} path {p} is a directory; give a file name")
+    if not_a_file(p) or is_stdout(p):   # a device, pipe or standard output: written into as it is
+        return p
+    target = Path(os.path.realpath(p)) if p.is_symlink() else p   # the file a link leads to is replaced
+    parent = target.parent if str(target.parent) else Path(".")
     if not parent.exists():
         raise SplitwisePlanError(f"cannot write {what} file {p}: folder {parent} does not exist")
     if not parent.is_dir():
         raise SplitwisePlanError(f"cannot write {what} file {p}: {parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise SplitwisePlanError(f"cannot write {what} file {p}: folder {parent} is not writable")
-    if p.exists() and not os.access(p, os.W_OK):
+    try:   # what the write will do; permission bits do not tell (root, read-only mounts, /sys)
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise SplitwisePlanError(f"cannot write {what} file {p}: folder {parent} takes no new file "
+                                 f"({exc.strerror or exc})") from None
+    if target.exists() and not os.access(target, os.W_OK):
         raise SplitwisePlanError(f"cannot write {what} file {p}: the file is read-only")
     return p
 
 
-def _not_a_file(path: Path) -> bool:
+def not_a_file(path: Path) -> bool:
     """Is ``path`` (or what its links lead to) there but not a regular file: a device, pipe or socket?"""
     try:
         return not stat.S_ISREG(os.stat(path).st_mode)
@@ -131,7 +150,12 @@ def atomic_open(path: str | Path, mode: str = "w", *, what: str = "output",
     p = check_writable(path, what)
     binary = "b" in mode
     kw = {} if binary else {"encoding": encoding, "newline": newline}
-    if _not_a_file(p):   # a device, pipe or terminal (/dev/stdout): nothing to replace, write into it
+    if is_stdout(p):   # standard output, even redirected to a file: write into it (a >> redirect appends)
+        sys.stdout.flush()
+        with os.fdopen(os.dup(sys.stdout.fileno()), mode, **kw) as fh:
+            yield fh
+        return
+    if not_a_file(p):   # a device, pipe or terminal: nothing to replace, write into it
         try:
             with open(p, mode, **kw) as fh:
                 yield fh

@@ -140,6 +140,11 @@ def _engine_kwargs(url: str) -> dict:
     return {}
 
 
+# what opening a new storage says while another process creates its tables (SQLite, PostgreSQL)
+_CREATING = ("already exists", "UNIQUE constraint failed", "duplicate key", "database is locked")
+_CREATE_TRIES = 8
+
+
 def open_storage(url: str | None):
     """The Optuna ``RDBStorage`` of a URL (created once per process), or None for in-memory.
 
@@ -155,11 +160,18 @@ def open_storage(url: str | None):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")      # heartbeat_interval is "experimental"
-                rdb = optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url),
-                                                 heartbeat_interval=HEARTBEAT_INTERVAL,
-                                                 grace_period=GRACE_PERIOD)
+            for attempt in range(_CREATE_TRIES):
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")      # heartbeat_interval is "experimental"
+                        rdb = optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url),
+                                                         heartbeat_interval=HEARTBEAT_INTERVAL,
+                                                         grace_period=GRACE_PERIOD)
+                    break
+                except Exception as exc:  # noqa: BLE001 - another process creating the same new schema?
+                    if attempt + 1 == _CREATE_TRIES or not any(m in str(exc) for m in _CREATING):
+                        raise
+                    time.sleep(0.1 * (attempt + 1))   # it has made its tables by now, or soon: open them
         except ImportError:
             raise SplitwisePlanError(
                 f"--storage {redact(url)}: the database driver is not installed; "

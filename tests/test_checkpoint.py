@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import csv
 import json
 
@@ -117,6 +119,8 @@ def test_the_fingerprint_changes_with_any_input():
                     ck.fingerprint({"model": "bloom-176b"}, stream, "splitwise-hh", stop_early=True)):
         assert changed != base
     assert ck.path_for(None, "-", "map.png").name == "map.png.partial" and ck.path_for(None, "-") is None
+    if os.path.exists("/dev/null"):   # a device takes no checkpoint beside it (it would land in /dev)
+        assert ck.path_for("/dev/null", "map.png").name == "map.png.partial" and ck.path_for("/dev/null") is None
 
 
 def test_a_sweep_whose_progress_cannot_be_kept_still_ends(tmp_path, monkeypatch, capsys):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -155,3 +157,47 @@ def test_python_m_subprocess_one_line_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: workload file not found") and proc.stderr.count("\n") == 1
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="no /dev/stdout on this platform")
+@pytest.mark.parametrize("cmd, flag", [
+    (["sweep", "-d", "HH", "-p", "3:4", "-t", "2", "--rps", "5", "--duration", "5"], "--csv"),
+    (["simulate", "-d", "HH", "--prompt", "3", "--token", "2", "--rps", "5", "--duration", "5"], "--json"),
+    (["check", "{cluster}", "--rps", "5", "--duration", "5"], "--json"),
+])
+def test_a_report_to_dev_stdout_is_all_stdout_carries(tmp_path, cmd, flag):
+    """/dev/stdout as a report's file: stdout carries that report alone (the table goes to stderr),
+    appended where stdout is redirected with >> rather than replacing the file; no checkpoint in /dev."""
+    cluster = tmp_path / "c.toml"
+    cluster.write_text('design = "HH"\nprompt_machines = 3\ntoken_machines = 2\n')
+    out = tmp_path / "log.txt"
+    out.write_text("earlier line\n")
+    argv = [str(cluster) if a == "{cluster}" else a for a in cmd] + [flag, "/dev/stdout", "--quiet"]
+    with open(out, "a") as fh:
+        proc = subprocess.run([sys.executable, "-m", "splitwise_plan", *argv], stdout=fh, stderr=subprocess.PIPE,
+                              text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    first, report = out.read_text().split("\n", 1)
+    assert first == "earlier line"
+    if flag == "--json":
+        assert json.loads(report)["command"] == cmd[0]
+    else:
+        assert report.startswith("design,") and len(report.strip().splitlines()) == 3   # header and 2 rows
+    assert "design points" in proc.stderr or "SLO" in proc.stderr or "TTFT" in proc.stderr
+
+
+def test_a_bug_is_one_line_and_exit_3_never_the_gates_1(monkeypatch, capsys):
+    """An internal error in a command (here the simulator breaks) must not read as 'the SLOs fail'
+    (exit 1) in a CI gate: one line naming it, exit 3."""
+    from splitwise_plan import simulator
+    from splitwise_plan.cli import main
+
+    def broken(*a, **k):
+        raise AttributeError("'Inputs' object has no attribute 'profileset'")
+
+    monkeypatch.setattr(simulator.Simulator, "run_requests", broken)
+    monkeypatch.delenv("SPLITWISE_PLAN_TRACEBACK", raising=False)
+    code = main(["check", str(Path(__file__).resolve().parents[1] / "examples" / "cluster.toml"), "--rps", "5", "--duration", "5", "-q"])
+    err = capsys.readouterr().err
+    assert code == 3 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("error: internal error of splitwise-plan") and "AttributeError: 'Inputs'" in err

@@ -120,10 +120,21 @@ def test_check_writable_read_only_folder(tmp_path):
     ro.mkdir()
     ro.chmod(0o500)
     try:
-        with pytest.raises(SplitwisePlanError, match="not writable"):
+        with pytest.raises(SplitwisePlanError, match="takes no new file"):
             check_writable(ro / "r.json")
     finally:
         ro.chmod(0o700)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc on this platform")
+def test_check_writable_tries_the_folder_even_as_root(tmp_path):
+    """Permission bits say yes to root everywhere; /proc takes no file for anyone. A link to a
+    missing folder fails too (the write replaces the file the link leads to)."""
+    with pytest.raises(SplitwisePlanError, match="folder /proc takes no new file"):
+        check_writable("/proc/r.json")
+    (tmp_path / "r.json").symlink_to(tmp_path / "gone" / "r.json")
+    with pytest.raises(SplitwisePlanError, match=f"folder {tmp_path / 'gone'} does not exist"):
+        check_writable(tmp_path / "r.json")
 
 
 def test_json_report_schema_and_strict_values(tmp_path):

@@ -586,3 +586,18 @@ def test_a_sparse_trace_keeps_its_long_quiet_spells(design, n_prompt, n_token):
     # busy a few hundred seconds of about 5,000 per machine: sampled every 0.25 s, as the oracle's
     assert 0.01 < oracle.utilization < 0.2
     assert fluid.utilization == pytest.approx(oracle.utilization, rel=0.05)
+
+
+@pytest.mark.parametrize("stop_early", [False, True])
+def test_a_fluid_result_is_the_designs_own_whatever_its_batch(stop_early):
+    """Simulated alone or beside designs of other hardware, sizes and fates (overloaded, stopped by
+    the verdict, passing), in either order, a design's result is the same to the last bit: a
+    report of the same inputs and seed is the same file, however the planner's rounds fell."""
+    stream = load_workload("conversation").generate(70.0, duration_s=30.0, seed=2)
+    sim = Simulator(stream, method="fluid", stop_early=stop_early)
+    points = [("HH", 20, 4), ("HH", 8, 2), ("HA", 25, 6), ("AA", 40, 8), ("HHcap", 24, 5), ("AA", 10, 3),
+              ("HH", 3, 1), ("H100", 40, 0), ("A100", 30, 0)]
+    alone = [sim.run_points([p])[0] for p in points]
+    assert any(r.overloaded or r.stopped_early for r in alone) and any(r.slo_met for r in alone)
+    assert sim.run_points(points) == alone
+    assert sim.run_points(points[::-1]) == alone[::-1]

@@ -421,3 +421,39 @@ def test_a_study_remembers_its_kv_transfer_and_keeps_older_names():
     assert st.study_prefix(slow, "fluid") != st.study_prefix(plain, "fluid")
     r = dict(r, limits=(), designs=("HH",))
     assert PlanRequest(**r).scheduler == slow.scheduler
+
+
+def test_processes_that_open_a_new_storage_at_once_all_get_it(tmp_path):
+    """Planners and workers started together on a new SQLite file race to create its tables; the
+    loser used to fail ('UNIQUE constraint failed: alembic_version'). Each now opens the tables."""
+    code = "import sys; from splitwise_plan.study import open_storage; open_storage(sys.argv[1])"
+    for k in range(2):
+        url = f"sqlite:///{tmp_path / f'race{k}.db'}"
+        procs = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True)
+                 for _ in range(4)]
+        errs = [p.communicate(timeout=120)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, errs
+
+
+def test_opening_a_storage_another_process_is_creating_waits_for_its_tables(tmp_path, monkeypatch):
+    real = optuna.storages.RDBStorage
+    said = iter(["(sqlite3.OperationalError) table studies already exists",
+                 "(sqlite3.IntegrityError) UNIQUE constraint failed: alembic_version.version_num"])
+
+    def racing(*a, **k):
+        why = next(said, None)
+        if why is not None:
+            raise RuntimeError(why)
+        return real(*a, **k)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", racing)
+    monkeypatch.setattr(st, "_STORAGES", {})
+    assert st.open_storage(f"sqlite:///{tmp_path / 'new.db'}") is not None
+
+    def broken(*a, **k):
+        raise RuntimeError("disk I/O error")
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", broken)   # any other error: at once, one line
+    monkeypatch.setattr(st, "_STORAGES", {})
+    with pytest.raises(SplitwisePlanError, match="cannot open the database: disk I/O error"):
+        st.open_storage(f"sqlite:///{tmp_path / 'other.db'}")
