@@ -345,10 +345,16 @@ def main(argv: list[str] | None = None) -> int:
     A first Ctrl-C stops the run as usual (partial work kept, worker processes shut down); a
     second one, while that cleanup runs, ends the worker processes and exits at once (130).
     """
-    own = threading.current_thread() is threading.main_thread() and \
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    import warnings
+    # a stopped run cancels the workers' tasks on purpose: joblib's note of it is noise here
+    warnings.filterwarnings("ignore", message=r".*tasks which were still being processed by the workers")
+    main_thread = threading.current_thread() is threading.main_thread()
+    own = main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    own_term = main_thread and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     if own:
         signal.signal(signal.SIGINT, _first_interrupt)
+    if own_term:
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         app(args=argv, prog_name="splitwise-plan")
     except SplitwisePlanError as exc:  # raised outside a command (e.g. during option parsing)
@@ -362,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if own:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+        if own_term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
     return 0
 
 
@@ -370,13 +378,26 @@ def _first_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _second_interrupt(signum, frame) -> None:
-    """Ctrl-C again while the first one's cleanup runs: end the worker processes and exit now."""
+def _terminated(signum, frame) -> None:
+    """SIGTERM (a cancelled CI job, kill): end the worker processes now (none is left running on its
+    own), then stop as Ctrl-C does, keeping what the run has finished."""
+    signal.signal(signal.SIGINT, _second_interrupt)
+    signal.signal(signal.SIGTERM, _second_interrupt)
+    _end_descendants()
+    raise KeyboardInterrupt
+
+
+def _end_descendants() -> None:
     for pid in _descendants(os.getpid()):
         try:
             os.kill(pid, signal.SIGTERM)
         except OSError:
             pass
+
+
+def _second_interrupt(signum, frame) -> None:
+    """Ctrl-C again while the first one's cleanup runs: end the worker processes and exit now."""
+    _end_descendants()
     sys.stderr.write("stopped (Ctrl-C twice)\n")
     sys.stderr.flush()
     os._exit(130)

@@ -52,15 +52,21 @@ class ProfileAccuracy:
 
 def read_user_csv(path: Path, what: str) -> pd.DataFrame:
     """Read a CSV, turning parser failures into one-line user errors."""
+    import warnings
+
     import pandas as pd
     try:
-        df = pd.read_csv(path, skipinitialspace=True)
+        with warnings.catch_warnings(record=True) as said:   # a row longer than the header
+            warnings.simplefilter("always", pd.errors.ParserWarning)
+            df = pd.read_csv(path, skipinitialspace=True, index_col=False)   # (not: its first field an index)
     except pd.errors.EmptyDataError:
         raise SplitwisePlanError(f"{what} file {path} is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise SplitwisePlanError(f"{what} file {path} is not a readable CSV: {exc}") from None
     except OSError as exc:
         raise SplitwisePlanError(f"{what} file {path} cannot be read: {exc.strerror or exc}") from None
+    if any(issubclass(w.category, pd.errors.ParserWarning) for w in said):
+        raise SplitwisePlanError(f"{what} file {path}, line {_long_row(path)}: more fields than the header's columns")
     df.columns = [str(c).strip() for c in df.columns]
     if any("." in c for c in df.columns):   # pandas renames a repeated column X to X.1: which one is meant?
         names = [str(c).strip() for c in pd.read_csv(path, header=None, nrows=1, dtype=str).iloc[0]]
@@ -68,6 +74,15 @@ def read_user_csv(path: Path, what: str) -> pd.DataFrame:
         if twice:
             raise SplitwisePlanError(f"{what} file {path}: column {twice[0]} appears more than once")
     return df
+
+
+def _long_row(path: Path) -> int:
+    """The file line number of the first row with more fields than the header."""
+    import csv
+    with open(path, newline="", encoding="utf-8-sig", errors="replace") as fh:
+        rows = csv.reader(fh)
+        width = len(next(rows, []))
+        return next((k for k, row in enumerate(rows, 2) if len(row) > width), 2)
 
 
 def _bad_row(df: pd.DataFrame, mask) -> tuple[int, object]:

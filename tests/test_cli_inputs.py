@@ -201,3 +201,27 @@ def test_a_bug_is_one_line_and_exit_3_never_the_gates_1(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert code == 3 and err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("error: internal error of splitwise-plan") and "AttributeError: 'Inputs'" in err
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="counts child processes through /proc")
+def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path):
+    """A cancelled CI job sends SIGTERM: the run stops as Ctrl-C stops it (exit 130, the finished design
+    points kept) and leaves no worker process running on its own."""
+    import signal
+    import time
+    cmd = [sys.executable, "-m", "splitwise_plan", "sweep", "-d", "HH", "-p", "1:39", "-t", "1:39", "--rps", "70",
+           "--duration", "120", "--csv", str(tmp_path / "s.csv"), "--jobs", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers: set = set()
+    deadline = time.monotonic() + 60
+    while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        workers = {int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()}
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    assert "kept in" in err and (tmp_path / "s.csv.partial").exists()
+    time.sleep(1)
+    alive = [p for p in workers if os.path.exists(f"/proc/{p}") and "Z" not in open(f"/proc/{p}/stat").read().split()[2]]
+    assert not alive, alive

@@ -162,6 +162,8 @@ def test_stream_csv_round_trip(coding, tmp_path):
     ("arrival_timestamp,prompt_size,token_size\nx,5,2\n", "line 2, column arrival_timestamp"),
     ("arrival_timestamp,prompt_size,token_size\n1,5,\n", "line 2, column token_size: an empty or NaN value"),
     ("arrival_timestamp,prompt_size,token_size,prompt_size\n1,5,2,9\n", "column prompt_size appears more than once"),
+    # a row longer than the header: not its first field taken as an index (the sizes read one column off)
+    ("arrival_timestamp,prompt_size,token_size\n0,100,10,5\n", "line 2: more fields than the header's columns"),
 ])
 def test_bad_trace_files(write, text, needle):
     with pytest.raises(SplitwisePlanError) as err:
