@@ -76,7 +76,7 @@ class _Group(TyperGroup):
         except SplitwisePlanError as exc:
             report_error(exc)
             raise typer.Exit(code=EXIT_USER_ERROR) from None
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except Exception as exc:   # a bug: one line, exit 3
             raise typer.Exit(code=report_internal_error(exc)) from None

@@ -728,8 +728,9 @@ def check_cmd(
         else:
             write_json(json_out, doc)
     if json_out != STDOUT:
-        rate_txt = (f"{inp.rate:.4g} req/s ({base_rate:.4g} req/s + {headroom:.0%} headroom)" if headroom else
-                    f"{inp.rate:.4g} req/s" if math.isfinite(inp.rate) else "all at one instant")
+        # the rate simulated, to the digits that make it the same stream again (check --rps at it)
+        rate_txt = (f"{inp.rate:.10g} req/s ({base_rate:.10g} req/s + {headroom:.0%} headroom)" if headroom else
+                    f"{inp.rate:.10g} req/s" if math.isfinite(inp.rate) else "all at one instant")
         src = f"trace {trace}" if trace else f"{inp.workload}, {inp.duration_s:g} s, seed {inp.seed}"
         lines = [f"check: {spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}",
                  f"load:  {rate_txt}; {src}; {plural(len(inp.stream), 'request')}; {inp.scheduler.describe()}; "

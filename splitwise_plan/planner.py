@@ -1293,10 +1293,11 @@ def csv_rows(result: PlanResult) -> list[dict]:
         for rate, r in dp.evaluated:
             pt = (r.prompt_machines, r.token_machines)
             rows.append({**head, "phase": "search", "rate_rps": rate,
-                         "chosen": pt == chosen and (dp.rate == rate or not math.isfinite(dp.rate)), **r.flat()})
+                         "chosen": pt == chosen and (dp.rate == rate or not math.isfinite(dp.rate)), **r.flat(),
+                         "seed": r.seed})   # the stream of the row's numbers (the worst of --seeds)
         if dp.result is not None:
             rows.append({**head, "phase": "confirm", "rate_rps": dp.rate, "chosen": dp.status == "ok",
-                         **dp.result.flat(), "note": dp.note})
+                         **dp.result.flat(), "seed": dp.result.seed, "note": dp.note})
         if not dp.evaluated and dp.result is None:
             rows.append({**head, "phase": "none", "rate_rps": _num(dp.rate), "chosen": False, "note": dp.note})
     return rows

@@ -67,6 +67,8 @@ def check_outputs(outputs: Mapping, inputs: Mapping | None = None) -> None:
             continue
         if not isinstance(p, (str, os.PathLike)):
             raise SplitwisePlanError(f"{flag} must be a file path, got {p!r}")
+        if str(p) in ("", "-"):   # '-' is the command line's standard output, never a file named '-'
+            raise SplitwisePlanError(f"{flag} needs a file name, got {str(p)!r}")
         key = os.path.realpath(Path(p).expanduser())
         if seen.get(key) in reads:
             raise SplitwisePlanError(f"{flag} {p} is the file {seen[key]} reads: writing it would replace that input")
@@ -289,7 +291,9 @@ def report_inputs(*, model: str, tensor_parallel: int, workload: str | None = No
     doc = {
         "model": model, "tensor_parallel": int(tensor_parallel),
         "workload": workload, "trace": str(trace) if trace is not None else None,
-        "rate_rps": rate, "duration_s": duration_s, "seed": seed, "requests": requests,
+        # numbers of one type whoever calls (the API's plain 70 is the command line's 70.0)
+        "rate_rps": None if rate is None else float(rate),
+        "duration_s": None if duration_s is None else float(duration_s), "seed": seed, "requests": requests,
         "slo_file": str(slo_file) if slo_file is not None else None,
         "machines_file": str(machines_file) if machines_file is not None else None,
         "profiles_file": str(profiles_file) if profiles_file is not None else None,

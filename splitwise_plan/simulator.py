@@ -220,6 +220,9 @@ class Simulator:
         pm = self.pool_machine(d, d.prompt_machine)
         prompt = Pool(pm, n_prompt, self.latency(pm), *self.layout(d, pm))
         token = None
+        if d.is_baseline and n_token not in (0, None):   # else silently a smaller cluster than asked for
+            raise SplitwisePlanError(f"{d.name} has one pool of {n_prompt} machines: no token machines "
+                                     f"({n_token} given)")
         if not d.is_baseline:
             n_token = pool_size(n_token, f"{d.name}'s token pool")
             tm = self.pool_machine(d, d.token_machine)

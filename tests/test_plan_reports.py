@@ -18,6 +18,7 @@ import splitwise_plan.planner as planner
 import splitwise_plan.progress as progress_mod
 import splitwise_plan.reports as reports
 from splitwise_plan.cli import main
+from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.planner import (DesignPlan, PlanRequest, PlanResult, comparison, csv_rows, plan,
                                     plan_report, write_reports)
 from splitwise_plan.reports import SCHEMA_VERSION
@@ -295,3 +296,18 @@ def test_the_table_shows_the_plans_own_slos(tmp_path):
     assert starred in row
     assert ("the plan's SLOs as slowdowns vs the request alone on a DGX-A100; columns marked s in seconds"
             in " ".join(text.split()))   # the caption, wrapped
+
+
+def test_write_reports_takes_no_dash_for_a_file():
+    """'-' is the command line's standard output; in the API it would have made a file named '-'."""
+    with pytest.raises(SplitwisePlanError, match="json_path needs a file name, got '-'"):
+        write_reports(_result_with_infeasible_design(), json_path="-")
+
+
+def test_csv_rows_name_the_stream_of_their_numbers_over_several_seeds():
+    res = plan(PlanRequest(goal="min-cost", rps=20, designs=("HH",), duration=10, jobs=1, seeds=2,
+                           confirm_method="fluid"))
+    rows = csv_rows(res)
+    assert {r["seed"] for r in rows} <= {0, 1}
+    confirm = next(r for r in rows if r["phase"] == "confirm")
+    assert confirm["seed"] == plan_report(res)["results"][0]["seed"]

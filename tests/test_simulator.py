@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.simulator import Simulator
 from splitwise_plan.workloads import RequestStream, load_trace, load_workload
 
@@ -601,3 +602,9 @@ def test_a_fluid_result_is_the_designs_own_whatever_its_batch(stop_early):
     assert any(r.overloaded or r.stopped_early for r in alone) and any(r.slo_met for r in alone)
     assert sim.run_points(points) == alone
     assert sim.run_points(points[::-1]) == alone[::-1]
+
+
+def test_a_baseline_given_token_machines_is_an_error_not_a_smaller_cluster():
+    stream = load_workload("coding").generate(5.0, duration_s=5.0, seed=0)
+    with pytest.raises(SplitwisePlanError, match="baseline-a100 has one pool of 10 machines: no token machines"):
+        Simulator(stream).run("A100", 10, 5)
