@@ -146,9 +146,12 @@ def root(
         None, "--budget-power", help="Power budget: a number or machines, e.g. 40xH100 (max-throughput)."),
     budget_cost: Optional[str] = typer.Option(
         None, "--budget-cost", help="Cost budget: a number or machines, e.g. 40xH100 (max-throughput)."),
-    model: str = typer.Option("bloom-176b", "--model", help="Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may be your own)."),
-    workload: str = typer.Option("coding", "--workload", help="coding, conversation, or a trace CSV (Azure or reference format) to draw sizes from."),
-    trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help="Replay this trace (max-throughput scales its arrival times to each rate it tries)."),
+    model: str = typer.Option("bloom-176b", "--model", help=(
+        "Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may be your own).")),
+    workload: str = typer.Option("coding", "--workload", help=(
+        "coding, conversation, or a trace CSV (Azure or reference format) to draw sizes from.")),
+    trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help=(
+        "Replay this trace (max-throughput scales its arrival times to each rate it tries).")),
     slo: Optional[Path] = typer.Option(None, "--slo", "--slos", metavar="FILE", help="SLO TOML file (default: the paper's)."),
     machines_file: Optional[Path] = typer.Option(None, "--machines-file", metavar="FILE", help="Machine TOML file."),
     profiles: Optional[Path] = typer.Option(None, "--profiles", metavar="FILE", help="Profile CSV."),

@@ -97,7 +97,8 @@ def _opt_duration():
 
 
 def _opt_model():
-    return typer.Option("bloom-176b", "--model", help="Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may be your own).")
+    return typer.Option("bloom-176b", "--model", help=(
+        "Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may be your own)."))
 
 
 def _opt_tp():
@@ -924,7 +925,8 @@ def capacity_cmd(
             short = (f"; {MIN_STREAM_REQUESTS} requests in {duration:g} s is the lowest rate tried: a longer "
                      "--duration tries lower ones"
                      if fail <= _round_rate(min_rate, _rate_digits(precision), math.ceil) else "")
-            typer.echo(f"capacity of {head}: none; the SLOs fail even at {float(fail)!r} req/s ({how}){short}", err=err)
+            typer.echo(f"capacity of {head}: none; the SLOs fail even at {float(fail)!r} req/s ({how}){short}",
+                       err=err)
         elif fail is None:
             typer.echo(f"capacity of {head}: at least {float(cap)!r} req/s (the largest rate tried; {how})", err=err)
         else:

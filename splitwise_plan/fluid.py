@@ -822,8 +822,8 @@ class _Run:
             if not n:
                 continue
             # a machine's stretch of the decode-wait axis holds its batches and any decode's end
-            last = max(float(np.max(pq.bstart[:n, sl] + pq.bdur[:n, sl])), 0.0)
-            span = 2.0 * last + max(float(np.nanmax(alone[:n, sl])), 0.0) + 10.0
+            prompts_end = max(float(np.max(pq.bstart[:n, sl] + pq.bdur[:n, sl])), 0.0)
+            span = 2.0 * prompts_end + max(float(np.nanmax(alone[:n, sl])), 0.0) + 10.0
             pm, dm = pmach[:n, sl], dmach[:n, sl]
             shift = Cp - int(self.cp[d])   # its token machines after its own prompt machines, not the pass's
             if shift:
@@ -831,7 +831,7 @@ class _Run:
             waits = _MachineBusy(pq.bstart[:n, sl], pq.bdur[:n, sl], pq.bcred[:n, sl], pq.leaders(sl)[:n],
                                  int(self.machines[d]), pm, dm, span)
             alone[:n, sl] += waits.delays(t1[:n], base[:n])
-        del t1, base, waits, pmach, dmach, tau_req
+        del pmach, dmach, tau_req
         pq.free("bstart", "bcred", "rb", "bdur")   # what the outcome no longer needs
         return self._outcome(busy_s, ttft, alone, oom, stop, failed, sampled_s)
 

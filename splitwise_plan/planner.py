@@ -425,8 +425,8 @@ def _limits(req: PlanRequest, d: Design, rate: float) -> tuple[int, int]:
     for name, pmax, tmax in req.limits:
         if get_design(name).name == d.name:
             return int(pmax), (0 if d.is_baseline else int(tmax))
-    pmax, tmax = REFERENCE_GRID.get(d.name, (139, 0) if d.is_baseline else (69, 69))   # a design of the user's
-                                                                                      # machines: the largest
+    # a design of the user's own machine types gets the largest shipped design's grid
+    pmax, tmax = REFERENCE_GRID.get(d.name, (139, 0) if d.is_baseline else (69, 69))
     f = max(1.0, rate / REFERENCE_RATE)   # the reference's grid, scaled with the rate, within the pool bound
     return min(MAX_POOL, int(math.ceil(pmax * f))), min(MAX_POOL, int(math.ceil(tmax * f)))
 
@@ -1197,8 +1197,8 @@ def render(result: PlanResult, console=None) -> None:
     slos = ("the plan's SLOs in seconds" if units == {"seconds"} else
             f"the plan's SLOs as slowdowns vs the request alone on {reference}"
             + ("; columns marked s in seconds" if "seconds" in units else ""))
-    table.caption = (f"{slos} (* tightest SLO); "
-                     f"headroom = 1 - tightest value/limit; sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
+    table.caption = (f"{slos} (* tightest SLO); headroom = 1 - tightest value/limit; "
+                     f"sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
                      f"simulations: {result.evaluations} + {result.confirmations} for a grid of "
                      f"{result.grid_size} points; {result.seconds:.1f} s")
     con.print(table)
