@@ -783,7 +783,10 @@ class _Run:
             ready = end_p + apart * xfer_l[i]
             # the decode: output-1 iterations at its machine's batch size, after joining a batch
             # at ndec + 1 decodes (ndec is a whole number >= 0), at most _MAX_DECODES
-            tau = ttab_next.take(tofs.take(ft) + np.minimum(ndec_f[ft], _MAX_DECODES - 1).astype(np.int64))
+            d_t = ndec_f[ft]
+            tau = ttab_next.take(tofs.take(ft) + np.minimum(d_t, _MAX_DECODES - 1).astype(np.int64))
+            if iters_l[i] > 0.0 and not d_t.all():   # an idle token machine: no running iteration to join
+                tau = tau * np.where(d_t > 0.0, 1.0, 1.0 - join_l[i] / iters_l[i])   # (tau_req: per iteration)
             end = ready + tau * iters_l[i]
             book(fp, apart * (self.kv * (s + 1.0)), ready, ft, m, end)   # prompt KV freed after the transfer
             if pq.whole:   # no design dropped yet: whole rows

@@ -53,6 +53,7 @@ class Machine:
         for key in ("name", "hardware"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key).strip():
                 raise SplitwisePlanError(f"machine {self.name!r}: {key} must be a non-empty string")
+        object.__setattr__(self, "hardware", self.hardware.strip().lower())   # the profiles' name, in any case
         where = f"machine {self.name!r}"
         for key in ("gpus", "hbm_bytes_per_gpu"):
             object.__setattr__(self, key, whole_number(getattr(self, key), f"{where}: {key}", 1, _MOST[key]))

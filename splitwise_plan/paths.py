@@ -32,6 +32,20 @@ def data_dir(kind: str) -> Path:
         "reinstall splitwise-plan")
 
 
+def shipped_files() -> dict:
+    """{real path: 'kind/name'} of every shipped data file (what no report may overwrite)."""
+    out = {}
+    for kind in DATA_KINDS:
+        try:
+            folder = data_dir(kind)
+        except SplitwisePlanError:
+            continue
+        for f in folder.iterdir():
+            if f.is_file():
+                out[os.path.realpath(f)] = f"{kind}/{f.name}"
+    return out
+
+
 def data_file(kind: str, name: str) -> Path:
     """Path of one shipped data file, e.g. ``data_file('slos', 'paper.toml')``."""
     path = data_dir(kind) / name

@@ -35,7 +35,7 @@ from .models import get_model
 from .reports import machine_counts, plural
 from .errors import SplitwisePlanError, choices, positive_number, seed_value, whole_number
 from .search import STRATEGIES, Evaluator, Lockstep, Space, passes, search
-from .simulator import METHODS, Simulator
+from .simulator import METHODS, Simulator, cpu_cores
 
 GOALS = ("min-cost", "min-power", "max-throughput")
 ALL_DESIGNS = tuple(d.name for d in DESIGNS.values())
@@ -148,6 +148,10 @@ class PlanRequest:
             raise SplitwisePlanError(f"margin must be a number in [0, 1), got {self.margin!r}")
         fields["margin"] = float(self.margin)
         _check_limits(self.limits)
+        object.__setattr__(self, "limits", tuple(tuple(x) for x in self.limits))   # hashable, equal however given
+        for name in ("search_method", "confirm_method", "strategy", "transfer"):   # EVENTS is events
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, getattr(self, name).strip().lower())
         for k, v in fields.items():   # a plain int or float stays as given (study names hash the request)
             if type(getattr(self, k)) not in (int, float):
                 object.__setattr__(self, k, v)
@@ -442,10 +446,14 @@ class _Pool:
         self.jobs.append(self.executor.submit(fn, *args))
         return self.jobs[-1]
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        """Drop the pending jobs; wait for the running ones, or (``kill``: the caller was stopped) end them."""
         for job in self.jobs:
             job.cancel()
-        self.executor.shutdown(wait=True)
+        if kill:
+            self.executor.shutdown(wait=True, kill_workers=True)
+        else:
+            self.executor.shutdown(wait=True)
 
 
 def _seeds(inputs: Inputs, req: PlanRequest) -> list[int]:
@@ -653,7 +661,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
             status = "unconfirmed" if excluded else "infeasible"
             return DesignPlan(status=status, evaluations=ev.evaluations * streams, confirmations=confirm.runs,
                               seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate), **base)
-        if req.strategy == "frontier" and (os.cpu_count() or 1) > 2:
+        if req.strategy == "frontier" and cpu_cores() > 2:
             # with a core to spare: should this one fail, the search's next answer is already
             # being confirmed (on two cores both are busy, and the guess only slows the searches)
             confirm.lookahead(ev, space, d.name, req.rps, excluded, sr.best, 1, batch)
@@ -1018,14 +1026,18 @@ def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=Non
     for th in threads:
         th.start()
     plans, error = [], None
-    for _ in threads:
-        p = done.get()
-        if isinstance(p, BaseException):
-            error = error or p
-            continue
-        plans.append(p)
-        if on_design is not None:
-            on_design(p)
+    try:
+        for _ in threads:
+            p = done.get()
+            if isinstance(p, BaseException):
+                error = error or p
+                continue
+            plans.append(p)
+            if on_design is not None:
+                on_design(p)
+    except BaseException:   # Ctrl-C here: the search threads stop at their next simulation round
+        lockstep.stop()
+        raise
     for th in threads:
         th.join()
     if error is not None:
@@ -1049,6 +1061,8 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
     unknown = sorted(set(kwargs) - {f.name for f in dataclasses.fields(PlanRequest)})
     if unknown:
         raise SplitwisePlanError(f"plan() has no option {', '.join(unknown)}; see PlanRequest for the options")
+    if on_design is not None and not callable(on_design):   # else a TypeError after the first design's work
+        raise SplitwisePlanError(f"on_design must be a function of a DesignPlan, got {on_design!r}")
     req = request if request is not None else PlanRequest(**kwargs)
     if request is not None and kwargs:
         req = replace(request, **kwargs)
@@ -1073,7 +1087,7 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
         collect(DesignPlan(design=n, short=get_design(n).short, status="infeasible", note=why))
     order = sorted((n for n in req.designs if n not in unfit),
                    key=lambda n: _WORK_ORDER.index(n) if n in _WORK_ORDER else 99)
-    jobs = req.jobs if req.jobs > 0 else (os.cpu_count() or 1)
+    jobs = req.jobs if req.jobs > 0 else cpu_cores()
     jobs = min(jobs, len(order))
 
     if method == "fluid" and req.goal != "max-throughput" and req.storage is None:
@@ -1091,8 +1105,10 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
                 _plan_group(inputs, sub, groups[0], method, pool, collect)
                 for p in other.result():
                     collect(p)
-            finally:
-                pool.close()
+            except BaseException:   # Ctrl-C (a notebook's interrupt too): the side process stops now
+                pool.close(kill=True)
+                raise
+            pool.close()
         else:
             for g in groups:
                 _plan_group(inputs, sub, g, method, None, collect)
@@ -1159,8 +1175,8 @@ def render(result: PlanResult, console=None) -> None:
     from rich.table import Table
 
     con = console or Console()
-    if console is None and con.is_jupyter and con.width < _TABLE_WIDTH:   # a notebook scrolls: no "..." cells
-        con = Console(width=_TABLE_WIDTH)
+    if console is None and (con.is_jupyter or not con.is_terminal) and con.width < _TABLE_WIDTH:
+        con = Console(width=_TABLE_WIDTH)   # a notebook scrolls, a file or pipe has no width: no "..." cells
     req = result.request
     table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s, result.budget)}")
     cols = ["#", "design", "prompt", "token"]

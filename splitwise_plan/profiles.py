@@ -17,7 +17,7 @@ import numpy as np   # (pandas is imported where it is used: processes that only
 if TYPE_CHECKING:   # for the annotations only
     import pandas as pd
 
-from .errors import SplitwisePlanError, choices, seed_value
+from .errors import SplitwisePlanError, choices, seed_value, whole_number
 from .latency_model import LatencyModel
 from .paths import data_file, user_file
 
@@ -119,11 +119,19 @@ def numeric_column(df: pd.DataFrame, col: str, path: Path, what: str, *,
 
 @dataclass(frozen=True, eq=False)
 class ProfileSet:
-    """Validated profile rows (times in ms) that latency models are built from."""
+    """Validated profile rows (times in ms) that latency models are built from: a table in the
+    schema of ``perf_model.csv`` (checked here, names made lower case, as from a file)."""
 
     table: pd.DataFrame = field(repr=False)
-    source: str = SHIPPED_PROFILE
+    source: str = "<DataFrame>"   # where the rows came from, for messages
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        import pandas as pd
+        if not isinstance(self.table, pd.DataFrame):
+            raise SplitwisePlanError(f"a ProfileSet is built from a pandas DataFrame in the schema of "
+                                     f"{SHIPPED_PROFILE}, got {type(self.table).__name__}")
+        object.__setattr__(self, "table", _validate(self.table, self.source))
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "ProfileSet":
@@ -132,7 +140,7 @@ class ProfileSet:
             p = data_file("profiles", SHIPPED_PROFILE)
         else:
             p = user_file(path, "profile")
-        return cls(_validate(read_user_csv(p, "profile"), p), source=str(p))
+        return cls(read_user_csv(p, "profile"), source=str(p))
 
     def entries(self) -> list[ProfileEntry]:
         """Every (model, hardware, tensor_parallel) present, with its number of rows."""
@@ -140,8 +148,9 @@ class ProfileSet:
         return [ProfileEntry(m, h, int(tp), int(n)) for (m, h, tp), n in counts.items()]
 
     def rows(self, model: str, hardware: str, tensor_parallel: int = 8) -> pd.DataFrame:
-        """Profile rows of one (model, hardware, TP); unknown names raise with what exists."""
+        """Profile rows of one (model, hardware, TP), names in any case; unknown names raise with what exists."""
         t = self.table
+        model, hardware = str(model).strip().lower(), str(hardware).strip().lower()
         if model not in set(t["model"]):
             raise SplitwisePlanError(
                 f"unknown model {model!r} in profile {self.source}; available: {choices(set(t['model']))}")
@@ -164,11 +173,12 @@ class ProfileSet:
 
     def latency_model(self, model: str, hardware: str, tensor_parallel: int = 8) -> LatencyModel:
         """The reference's piecewise-linear latency model of one (model, hardware, TP), cached."""
-        key = (model, hardware, int(tensor_parallel))
+        key = (str(model).strip().lower(), str(hardware).strip().lower(),   # names in any case, as in rows()
+               whole_number(tensor_parallel, "tensor_parallel", 1))
         if key not in self._cache:
             med = self.medians(*key)
             self._cache[key] = LatencyModel.from_medians(
-                model, hardware, int(tensor_parallel), med["batch_tokens"].to_numpy(),
+                *key, med["batch_tokens"].to_numpy(),
                 med["prompt_time"].to_numpy(), med["token_time"].to_numpy())
         return self._cache[key]
 

@@ -62,6 +62,8 @@ def check_outputs(outputs: Mapping, inputs: Mapping | None = None) -> None:
     seen = {os.path.realpath(Path(os.fspath(v)).expanduser()): k for k, v in (inputs or {}).items()
             if v is not None and os.path.isfile(Path(os.fspath(v)).expanduser())}
     reads = set(seen.values())
+    from .paths import shipped_files
+    shipped = shipped_files()
     for flag, p in outputs.items():
         if p is None:
             continue
@@ -70,6 +72,9 @@ def check_outputs(outputs: Mapping, inputs: Mapping | None = None) -> None:
         if str(p) in ("", "-"):   # '-' is the command line's standard output, never a file named '-'
             raise SplitwisePlanError(f"{flag} needs a file name, got {str(p)!r}")
         key = os.path.realpath(Path(p).expanduser())
+        if key in shipped:
+            raise SplitwisePlanError(f"{flag} {p} is the shipped data file {shipped[key]} of splitwise-plan: "
+                                     "writing it would break the tool's defaults")
         if seen.get(key) in reads:
             raise SplitwisePlanError(f"{flag} {p} is the file {seen[key]} reads: writing it would replace that input")
         if key in seen:
@@ -192,14 +197,14 @@ def atomic_write_text(path: str | Path, text: str, *, what: str = "output") -> P
     """Write ``text`` to ``path`` atomically."""
     with atomic_open(path, "w", what=what) as fh:
         fh.write(text)
-    return Path(path)
+    return Path(path).expanduser()
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, *, what: str = "output") -> Path:
     """Write ``data`` to ``path`` atomically."""
     with atomic_open(path, "wb", what=what) as fh:
         fh.write(data)
-    return Path(path)
+    return Path(path).expanduser()
 
 
 # --- JSON -------------------------------------------------------------------------
@@ -238,7 +243,7 @@ def write_json(path: str | Path, doc, *, what: str = "JSON report") -> Path:
     with atomic_open(path, "w", what=what) as fh:
         json.dump(data, fh, indent=2, allow_nan=False)
         fh.write("\n")
-    return Path(path)
+    return Path(path).expanduser()
 
 
 # --- CSV --------------------------------------------------------------------------

@@ -148,7 +148,7 @@ class Lockstep:
         """A search is done (or goes :meth:`away`): the others no longer wait for it."""
         with self._cond:
             self._live -= 1
-            if self._asks and len(self._asks) >= self._live:
+            if self._asks and len(self._asks) >= self._live and self._error is None:
                 self._round()
 
     def idle(self) -> bool:
@@ -165,11 +165,19 @@ class Lockstep:
         finally:
             self.enter()
 
+    def stop(self) -> None:
+        """The caller was stopped (Ctrl-C): every search raises at its next simulation round."""
+        with self._cond:
+            self._error = self._error or KeyboardInterrupt()
+            self._cond.notify_all()
+
     def client(self, design: str) -> Callable[[list], list]:
         """An ``Evaluator`` run function for ``design``'s search."""
         def run(points: list) -> list:
             ticket = object()
             with self._cond:
+                if self._error is not None:
+                    raise self._error
                 self._asks[ticket] = [(design, *pt) for pt in points]
                 if len(self._asks) >= self._live:
                     self._round()

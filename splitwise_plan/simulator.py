@@ -179,6 +179,8 @@ class Simulator:
         self.method = method
         #: fluid only: stop a Splitwise design once an SLO can no longer hold (its verdict is then
         #: final, its percentiles count the unfinished requests as +inf); designs that pass are unchanged
+        if not isinstance(stop_early, (bool, np.bool_)):   # "no" would be True
+            raise SplitwisePlanError(f"stop_early must be True or False, got {stop_early!r}")
         self.stop_early = bool(stop_early)
         self._latency: dict[str, object] = {}
         self.pcts = tuple(sorted(set(PERCENTILES).union(*self.slos.percentiles().values())))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import SplitwisePlanError
+from .errors import SplitwisePlanError, whole_number
 from .latency_model import LatencyModel
 from .paths import data_file, read_toml
 
@@ -41,6 +41,9 @@ class SLO:
     unit: str = "slowdown"
 
     def __post_init__(self) -> None:
+        for name in ("metric", "unit"):   # TTFT is ttft
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, getattr(self, name).strip().lower())
         if self.metric not in METRICS:
             raise SplitwisePlanError(f"unknown SLO metric {self.metric!r}; valid: {', '.join(METRICS)}")
         if self.unit not in UNITS:
@@ -81,9 +84,20 @@ class SLOSet:
     reference_tensor_parallel: int = 8
 
     def __post_init__(self) -> None:
-        slos = tuple(self.slos)
+        try:
+            slos = tuple(self.slos)
+        except TypeError:
+            slos = None
+        if slos is None or not all(isinstance(s, SLO) for s in slos):
+            raise SplitwisePlanError(f"SLO set {self.name!r}: slos must be SLO objects, e.g. SLO('ttft', 99, 6.0), "
+                                     f"got {self.slos!r}")
         if not slos:
             raise SplitwisePlanError(f"SLO set {self.name!r} has no SLO")
+        hw, tp = self.reference_hardware, self.reference_tensor_parallel
+        if not isinstance(hw, str) or not hw.strip():
+            raise SplitwisePlanError(f"SLO set {self.name!r}: reference_hardware must be a hardware name, got {hw!r}")
+        object.__setattr__(self, "reference_tensor_parallel",
+                           whole_number(tp, f"SLO set {self.name!r}: reference_tensor_parallel", 1))
         seen = set()
         for s in slos:
             key = (s.metric, s.percentile, s.unit)

@@ -8,6 +8,7 @@ trace generator does. ``load_trace`` replays a trace file exactly instead.
 from __future__ import annotations
 
 import math
+import numbers
 
 import os
 from dataclasses import dataclass, field
@@ -76,6 +77,13 @@ class RequestStream:
             raise SplitwisePlanError(f"{where}: arrival_s, prompt_tokens and output_tokens must be 1-D arrays of one length")
         if a.size and (not np.all(np.isfinite(a)) or a[0] < 0 or np.any(np.diff(a) < 0)):
             raise SplitwisePlanError(f"request stream {self.name!r}: arrivals must be finite, >= 0 and sorted")
+        if self.horizon_s is not None:   # the stream's length: its rate's denominator
+            h = self.horizon_s
+            if isinstance(h, bool) or not isinstance(h, numbers.Real) or not math.isfinite(h) or h <= 0 \
+                    or (a.size and h < a[-1]):
+                raise SplitwisePlanError(f"{where}: horizon_s must be a number of seconds > 0 and at least the last "
+                                         f"arrival, got {h!r}")
+            object.__setattr__(self, "horizon_s", float(h))
         for arr in (a, p, o):
             arr.setflags(write=False)
         object.__setattr__(self, "arrival_s", a)
@@ -149,6 +157,9 @@ class Workload:
             arrivals = np.concatenate([arrivals, more])
         arrivals = arrivals[arrivals < duration_s]
         n = arrivals.size
+        if paired and self.prompt_tokens.size != self.output_tokens.size:
+            raise SplitwisePlanError(f"workload {self.name!r}: paired sampling draws (prompt, output) rows, but it has "
+                                     f"{self.prompt_tokens.size} prompt and {self.output_tokens.size} output sizes")
         i = rng.integers(0, self.prompt_tokens.size, size=n)
         j = i if paired else rng.integers(0, self.output_tokens.size, size=n)
         return RequestStream(arrivals, self.prompt_tokens[i], self.output_tokens[j],

@@ -311,3 +311,15 @@ def test_csv_rows_name_the_stream_of_their_numbers_over_several_seeds():
     assert {r["seed"] for r in rows} <= {0, 1}
     confirm = next(r for r in rows if r["phase"] == "confirm")
     assert confirm["seed"] == plan_report(res)["results"][0]["seed"]
+
+
+def test_no_report_overwrites_the_tools_own_data():
+    """The shipped SLOs, workloads and profiles are inputs of every run that names none: no report
+    replaces them (from a source checkout or an editable install they are plain files)."""
+    from splitwise_plan.paths import data_file
+    for kind, name in (("slos", "paper.toml"), ("workloads", "coding.csv"), ("profiles", "perf_model.csv")):
+        path = data_file(kind, name)
+        before = path.read_bytes()
+        with pytest.raises(SplitwisePlanError, match=f"shipped data file {kind}/{name}"):
+            write_reports(_result_with_infeasible_design(), csv_path=path)
+        assert path.read_bytes() == before

@@ -300,3 +300,51 @@ def test_designs_of_the_users_own_machine_types(tmp_path):
         plan(designs=("nope:dgx-a100",), **opts)
     with pytest.raises(SplitwisePlanError, match="PROMPT:TOKEN"):
         get_design("H200")
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGALRM"), reason="needs SIGALRM")
+def test_an_interrupted_plan_leaves_no_search_running():
+    """A notebook's interrupt (KeyboardInterrupt in plan()) stops the search threads and the side
+    process of the baselines; before, they ran on to the end, a core busy behind the user's back."""
+    import os
+    import signal
+    import threading
+    import time
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    rounds, stopped = [], []
+    real = Simulator.run_points
+
+    def counted(self, *a, **k):   # the simulation rounds started after the interrupt: none
+        rounds.append(bool(stopped))
+        return real(self, *a, **k)
+
+    def children() -> set:
+        me = os.getpid()
+        return set(open(f"/proc/{me}/task/{me}/children").read().split()) if os.path.isdir(f"/proc/{me}") else set()
+
+    before, kids_before = threading.active_count(), children()   # (earlier tests' reusable workers stay)
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.alarm(3)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(Simulator, "run_points", counted)
+            with pytest.raises(KeyboardInterrupt):
+                plan(goal="min-cost", rps=300, duration=30, jobs=2, designs="HH,HA,H100")
+            stopped.append(True)
+            for _ in range(300):   # the threads end at their next round (a round in flight finishes)
+                if threading.active_count() <= before:
+                    break
+                time.sleep(0.1)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert threading.active_count() <= before
+    assert rounds and not any(rounds), "a search went on after the interrupt"
+    if os.path.isdir(f"/proc/{os.getpid()}"):
+        alive = [k for k in children() - kids_before if os.path.exists(f"/proc/{k}")
+                 and "Z" not in open(f"/proc/{k}/stat").read().split()[2]
+                 and "resource_tracker" not in open(f"/proc/{k}/cmdline").read()]   # (idle, kept by design)
+        assert not alive, [open(f"/proc/{k}/cmdline").read().replace("\0", " ")[:200] for k in alive]
