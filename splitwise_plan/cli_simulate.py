@@ -384,14 +384,15 @@ def _counts_label(result) -> str:
 
 
 @contextmanager
-def _arrivals_bar(inp: Inputs, what: str, quiet: bool):
-    """A bar over the stream's requests for one discrete-event run (a spinner for the fluid model);
-    yields the callback the run reports its arrivals to."""
+def _arrivals_bar(inp: Inputs, what: str, quiet: bool, stream=None):
+    """A bar over the requests of ``stream`` (the inputs' own by default) for one discrete-event run
+    (a spinner for the fluid model); yields the callback the run reports its arrivals to."""
     events = inp.method == "events"
-    with progress(len(inp.stream) if events else None, f"{what} ({inp.method})", quiet=quiet) as bar:
-        yield (lambda n: bar.update(completed=n)) if events else None
+    n = len(stream if stream is not None else inp.stream)
+    with progress(n if events else None, f"{what} ({inp.method})", quiet=quiet) as bar:
+        yield (lambda k: bar.update(completed=k)) if events else None
         if events:
-            bar.update(completed=len(inp.stream))   # the run is over (an overloaded one stops early)
+            bar.update(completed=n)   # the run is over (an overloaded one stops early)
 
 
 def _slo_verdict(result, n_slos: int) -> str:
@@ -704,6 +705,7 @@ def check_cmd(
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method=method, transfer=transfer, bandwidth=bandwidth)
     _check_cluster(spec, inp, cluster_file)
+    base_stream = inp.stream if trace is not None else None   # the rate asked for, if --headroom raises it
     if trace is not None and factor != 1.0:
         if not inp.stream.duration_s > 0:
             raise SplitwisePlanError(f"trace {trace}: all its requests arrive at one instant, so it has no rate "
@@ -711,45 +713,58 @@ def check_cmd(
         inp.stream = _scaled_trace(inp.stream, factor)
         inp.rate = inp.stream.rate
         inp.duration_s = inp.stream.duration_s
-    sim = inp.simulator()
-    with _arrivals_bar(inp, f"checking {spec.label}", quiet) as on_arrivals:
-        result, _ = sim.run_requests(spec.design, spec.prompt_machines, spec.token_machines,
-                                     on_arrivals=on_arrivals)
     base_rate = rps if rps is not None else inp.rate / factor
-    lost = result.requests - result.completed   # requests that never finished fail the gate, whatever the percentiles
-    passed = result.slo_met and not lost
+    loads = [(inp.rate, inp.stream)]
+    if factor != 1.0:   # and the rate itself: each rate is its own stream, and headroom must never pass a cluster
+        if base_stream is None:   # that fails at the rate asked for (near its limit nearby rates can flip)
+            from .workloads import load_workload
+            base_stream = load_workload(workload).generate(rps, duration_s=duration, seed=seed)
+        loads.append((base_rate, base_stream))
+    results = []
+    for rate, stream in loads:
+        with _arrivals_bar(inp, f"checking {spec.label} at {rate:.10g} req/s", quiet, stream) as on_arrivals:
+            results.append(inp.simulator(stream).run_requests(spec.design, spec.prompt_machines, spec.token_machines,
+                                                              on_arrivals=on_arrivals)[0])
+    holds = [r.slo_met and r.completed == r.requests for r in results]   # unfinished requests fail the gate
+    passed = all(holds)
     check = {"cluster": spec.to_dict(), "rps": base_rate, "headroom": headroom, "checked_rps": inp.rate,
-             "passed": passed, "method": inp.method}
+             "passed": passed, "method": inp.method,
+             "rates": [{"rps": rate, "passed": ok} for (rate, _), ok in zip(loads, holds)]}
     if csv_out is not None:
-        write_csv(csv_out, [{**result.flat(), "checked_rps": inp.rate, "headroom": headroom}])
+        write_csv(csv_out, [{**r.flat(), "checked_rps": rate, "headroom": headroom}
+                            for (rate, _), r in zip(loads, results)])
     if json_out is not None:
-        doc = build_report("check", inp.report(cluster_file=str(cluster_file)), [result], check=check)
+        doc = build_report("check", inp.report(cluster_file=str(cluster_file)), results, check=check)
         if json_out == STDOUT:
             _print_json(doc)
         else:
             write_json(json_out, doc)
     if json_out != STDOUT:
-        # the rate simulated, to the digits that make it the same stream again (check --rps at it)
-        rate_txt = (f"{inp.rate:.10g} req/s ({base_rate:.10g} req/s + {headroom:.0%} headroom)" if headroom else
-                    f"{inp.rate:.10g} req/s" if math.isfinite(inp.rate) else "all at one instant")
         src = f"trace {trace}" if trace else f"{inp.workload}, {inp.duration_s:g} s, seed {inp.seed}"
-        lines = [f"check: {spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}",
-                 f"load:  {rate_txt}; {src}; {plural(len(inp.stream), 'request')}; {inp.scheduler.describe()}; "
-                 f"method {inp.method}"]
-        n = len(inp.slos)
-        if passed:
-            t = result.tightest
-            lines.append(f"PASS: all {n} SLOs hold (tightest: {t['metric'].upper()} P{t['percentile']:g} "
-                         f"{t['value']:.4g} < {t['limit']:g}, margin {t['margin']:.4g})")
-        elif result.slo_met:
-            why = "never got their KV-cache memory" if result.oom else "never finished"
-            lines.append(f"FAIL: all {n} SLOs hold, but {lost:,} of {plural(result.requests, 'request')} {why}")
-        else:
-            lines.append(f"FAIL: {len(result.violations)} of {n} SLOs violated:")
-            lines.extend(violation_lines(result))
+        lines = [f"check: {spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}"]
+        for k, ((rate, stream), result) in enumerate(zip(loads, results)):
+            # the rate simulated, to the digits that make it the same stream again (check --rps at it)
+            rate_txt = (f"{rate:.10g} req/s ({base_rate:.10g} req/s + {headroom:.0%} headroom)" if k == 0 and headroom
+                        else f"{rate:.10g} req/s" if math.isfinite(rate) else "all at one instant")
+            lines.append(f"load:  {rate_txt}; {src if k == 0 else 'the rate itself'}; "
+                         f"{plural(len(stream), 'request')}; {inp.scheduler.describe()}; method {inp.method}")
+            lines.extend(_verdict_lines(result, len(inp.slos)))
         typer.echo("\n".join(lines), err=stdout_taken(json_out, csv_out))
     if not passed:
         raise typer.Exit(code=1)
+
+
+def _verdict_lines(result, n: int) -> list:
+    """PASS or FAIL of one checked load, with the tightest SLO or each violation."""
+    lost = result.requests - result.completed
+    if result.slo_met and not lost:
+        t = result.tightest
+        return [f"PASS: all {n} SLOs hold (tightest: {t['metric'].upper()} P{t['percentile']:g} "
+                f"{t['value']:.4g} < {t['limit']:g}, margin {t['margin']:.4g})"]
+    if result.slo_met:
+        why = "never got their KV-cache memory" if result.oom else "never finished"
+        return [f"FAIL: all {n} SLOs hold, but {lost:,} of {plural(result.requests, 'request')} {why}"]
+    return [f"FAIL: {len(result.violations)} of {n} SLOs violated:", *violation_lines(result)]
 
 
 def _round_rate(rate: float, digits: int, how=round) -> float:

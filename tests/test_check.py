@@ -217,3 +217,15 @@ def test_a_cluster_at_a_tp_its_profiles_lack_names_the_cluster_file(capsys, writ
     for cmd in (["check", cluster, "--rps", 5], ["capacity", cluster]):
         code, out, err = run(capsys, *cmd, "--profiles", tmp_path / "tp8.csv", *FAST)
         assert code == 2 and err.startswith(f"error: cluster file {cluster} (llama2-70b at TP4 on dgx-h100): no profile")
+
+
+def test_headroom_never_passes_a_cluster_that_fails_at_the_rate_asked_for(capsys, write):
+    """Each rate is its own stream: near its limit a cluster can hold 42.75 req/s and fail 36. A gate
+    with --headroom must be stricter than one without: it checks the rate itself too."""
+    ha = write("ha.toml", 'design = "HA"\nprompt_machines = 17\ntoken_machines = 2\n')
+    args = ["--rps", 36, "--duration", 30, "--quiet"]
+    code, out, _ = run(capsys, "check", ha, *args)
+    assert code == 1 and "TBT P99" in out
+    code, out, _ = run(capsys, "check", ha, *args, "--headroom", 0.1875)
+    assert code == 1
+    assert "42.75 req/s (36 req/s + 19% headroom)" in out and out.count("PASS") == 1 and out.count("FAIL") == 1
