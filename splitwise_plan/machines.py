@@ -127,7 +127,7 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
             hw = spec["hardware"]
             if not isinstance(hw, str) or not hw.strip():
                 raise SplitwisePlanError(f"{where}: hardware must be a non-empty string, got {hw!r}")
-            fields["hardware"] = hw.strip().lower()   # the profiles' name, matched in any case
+            fields["hardware"] = hw   # (Machine makes it the profiles' lower-case name)
         if "gpus" in spec:
             fields["gpus"] = _number(where, "gpus", spec["gpus"], integer=True)
         if "hbm_bytes_per_gpu" in spec:

@@ -110,8 +110,9 @@ class PlanRequest:
                 "--storage": sqlite_file(self.storage)}
 
     def __post_init__(self) -> None:
-        if isinstance(self.goal, str) and self.goal.lower() in GOALS:   # MIN-COST is min-cost
-            object.__setattr__(self, "goal", self.goal.lower())
+        for name in ("goal", "search_method", "confirm_method", "strategy", "transfer"):   # MIN-COST is min-cost
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, getattr(self, name).strip().lower())
         object.__setattr__(self, "model", get_model(self.model).name)   # as the profiles spell it
         for name in ("workload", "trace", "slos", "machines_file", "profiles"):   # reports serialize them
             if isinstance(getattr(self, name), os.PathLike):
@@ -149,9 +150,6 @@ class PlanRequest:
         fields["margin"] = float(self.margin)
         _check_limits(self.limits)
         object.__setattr__(self, "limits", tuple(tuple(x) for x in self.limits))   # hashable, equal however given
-        for name in ("search_method", "confirm_method", "strategy", "transfer"):   # EVENTS is events
-            if isinstance(getattr(self, name), str):
-                object.__setattr__(self, name, getattr(self, name).strip().lower())
         for k, v in fields.items():   # a plain int or float stays as given (study names hash the request)
             if type(getattr(self, k)) not in (int, float):
                 object.__setattr__(self, k, v)

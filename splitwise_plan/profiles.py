@@ -150,7 +150,7 @@ class ProfileSet:
     def rows(self, model: str, hardware: str, tensor_parallel: int = 8) -> pd.DataFrame:
         """Profile rows of one (model, hardware, TP), names in any case; unknown names raise with what exists."""
         t = self.table
-        model, hardware = str(model).strip().lower(), str(hardware).strip().lower()
+        model, hardware = _name(model), _name(hardware)
         if model not in set(t["model"]):
             raise SplitwisePlanError(
                 f"unknown model {model!r} in profile {self.source}; available: {choices(set(t['model']))}")
@@ -173,14 +173,18 @@ class ProfileSet:
 
     def latency_model(self, model: str, hardware: str, tensor_parallel: int = 8) -> LatencyModel:
         """The reference's piecewise-linear latency model of one (model, hardware, TP), cached."""
-        key = (str(model).strip().lower(), str(hardware).strip().lower(),   # names in any case, as in rows()
-               whole_number(tensor_parallel, "tensor_parallel", 1))
+        key = (_name(model), _name(hardware), whole_number(tensor_parallel, "tensor_parallel", 1))
         if key not in self._cache:
             med = self.medians(*key)
             self._cache[key] = LatencyModel.from_medians(
                 *key, med["batch_tokens"].to_numpy(),
                 med["prompt_time"].to_numpy(), med["token_time"].to_numpy())
         return self._cache[key]
+
+
+def _name(name) -> str:
+    """A model or hardware name as the profiles keep it: names match in any case."""
+    return str(name).strip().lower()
 
 
 def _medians(rows: pd.DataFrame, source: str) -> pd.DataFrame:

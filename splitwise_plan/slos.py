@@ -96,6 +96,7 @@ class SLOSet:
         hw, tp = self.reference_hardware, self.reference_tensor_parallel
         if not isinstance(hw, str) or not hw.strip():
             raise SplitwisePlanError(f"SLO set {self.name!r}: reference_hardware must be a hardware name, got {hw!r}")
+        object.__setattr__(self, "reference_hardware", hw.strip().lower())   # any case, as the profiles
         object.__setattr__(self, "reference_tensor_parallel",
                            whole_number(tp, f"SLO set {self.name!r}: reference_tensor_parallel", 1))
         seen = set()
@@ -111,7 +112,7 @@ class SLOSet:
 
     def reference_model(self, profiles, model: str):
         """The latency model slowdowns are measured against: ``model`` alone on the reference hardware."""
-        hw, tp = self.reference_hardware.strip().lower(), self.reference_tensor_parallel   # any case, as the profiles
+        hw, tp = self.reference_hardware, self.reference_tensor_parallel
         try:
             return profiles.latency_model(model, hw, tp)
         except SplitwisePlanError as exc:
