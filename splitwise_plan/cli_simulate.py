@@ -167,6 +167,7 @@ class Inputs:
     profiles: object
     method: str
     scheduler: SchedulerConfig = SchedulerConfig()   # the KV transfer among them
+    source: object = None   # the loaded workload the streams are drawn from (None for a trace)
 
     def simulator(self, stream=None, stop_early: bool = False):
         from .simulator import Simulator
@@ -238,7 +239,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     machines = load_machines(machines_file)
     profileset = ProfileSet.load(profiles)
     slos.reference_model(profileset, model)
-    stream, wl_name = None, None
+    stream, wl, wl_name = None, None, None
     if trace is not None:
         stream = load_trace(trace)
         rate, dur, seed_used = stream.rate, stream.duration_s, None
@@ -252,7 +253,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
                 raise SplitwisePlanError(f"{rps:g} req/s over {duration:g} s gives no request; "
                                          "raise --rps or --duration")
     return Inputs(stream, model, int(tp), wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
-                  machines, profiles, profileset, method, scheduler)
+                  machines, profiles, profileset, method, scheduler, wl)
 
 
 def resolve_counts(design: Design, prompt: Optional[int], token: Optional[int],
@@ -717,8 +718,7 @@ def check_cmd(
     loads = [(inp.rate, inp.stream)]
     if factor != 1.0:   # and the rate itself: each rate is its own stream, and headroom must never pass a cluster
         if base_stream is None:   # that fails at the rate asked for (near its limit nearby rates can flip)
-            from .workloads import load_workload
-            base_stream = load_workload(workload).generate(rps, duration_s=duration, seed=seed)
+            base_stream = inp.source.generate(rps, duration_s=duration, seed=seed)
         loads.append((base_rate, base_stream))
     results = []
     for rate, stream in loads:
@@ -876,7 +876,6 @@ def capacity_cmd(
     Exit 0 with a rate, 1 when the SLOs fail even at the lowest rate tried, 2 on bad input.
     """
     from .reports import build_report, write_csv, write_json
-    from .workloads import load_workload
 
     if not math.isfinite(precision) or not 0 < precision < 1:
         raise SplitwisePlanError(f"--precision must be between 0 and 1 (0.01 = 1%), got {precision:g}")
@@ -889,7 +888,7 @@ def capacity_cmd(
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method=method, need_stream=False, transfer=transfer, bandwidth=bandwidth)
     _check_cluster(spec, inp, cluster_file)
-    wl = load_workload(workload)
+    wl = inp.source
     results_by_rate = {}
 
     def run_at(rate):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import numbers
-
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
