@@ -17,6 +17,7 @@ scenarios (about 7 minutes).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import threading
@@ -127,7 +128,7 @@ def _agreement(points, fluid, events) -> tuple:
 def frontier_agreement() -> None:
     """The fluid model against the oracle where the planner's search decides: near the frontier, 2-minute streams."""
     agree = total = 0
-    errs, missed, util = [], [], []
+    errs, missed, util, cheapest = [], [], [], []
     t0 = time.perf_counter()
     for seed in (0, 1):
         stream = load_workload("coding").generate(70.0, duration_s=120.0, seed=seed)
@@ -135,13 +136,16 @@ def frontier_agreement() -> None:
         events = Simulator(stream, method="events").run_points(FRONTIER)
         a, e, u, m = _agreement(FRONTIER, fluid, events)
         agree, total = agree + a, total + len(FRONTIER)
+        cheapest += [(f"seed {seed} {d}", f, o) for d, f, o in _cheapest(FRONTIER, fluid, events)]
         errs += e
         util += u
         missed += [f"seed {seed} {x}" for x in m]
     print(f"[oracle] bloom-176b near the Splitwise frontiers (coding 70 req/s, 120 s, seeds 0 and 1, {total} points): "
           f"pass/fail agreement {agree}/{total} = {agree / total:.1%}, median relative error of the nine raw "
           f"percentiles {np.median(errs):.1%}, of the machine utilization {np.median(util):.3f} (max "
-          f"{np.max(util):.3f}); missed (tightest SLO ratio, fluid vs oracle): {'; '.join(missed) or 'none'} "
+          f"{np.max(util):.3f}); missed (tightest SLO ratio, fluid vs oracle): {'; '.join(missed) or 'none'}; "
+          f"the same cost of the cheapest passing point for {sum(_same_cost(f[0], o[0]) for _, f, o in cheapest)} of "
+          f"{len(cheapest)} designs ({'; '.join(f'{d} {f[2]} vs {o[2]}' for d, f, o in cheapest if not _same_cost(f[0], o[0])) or 'all the same'}) "
           f"({time.perf_counter() - t0:.0f} s)")
 
 
@@ -155,7 +159,7 @@ def scenario_agreement() -> None:
     """The fluid model against the oracle around each Splitwise design's planned answer (prompt -2..+2 x
     token -1..+2) in other scenarios, on a stream of another seed than the plan's (about 7 minutes)."""
     from splitwise_plan import plan
-    agree_all = total_all = 0
+    agree_all = total_all = same_all = designs_all = 0
     for model, workload, rate, tp in SCENARIOS:
         t0 = time.perf_counter()
         res = plan(goal="min-cost", rps=rate, model=model, workload=workload, designs="HH,HA,AA,HHcap", seed=0, tp=tp)
@@ -166,11 +170,33 @@ def scenario_agreement() -> None:
         events = Simulator(stream, model, tensor_parallel=tp, method="events").run_points(points)
         agree, errs, _, missed = _agreement(points, fluid, events)
         agree_all, total_all = agree_all + agree, total_all + len(points)
+        cheapest = _cheapest(points, fluid, events)
+        same_all += sum(_same_cost(f[0], o[0]) for _, f, o in cheapest)
+        designs_all += len(cheapest)
         print(f"[scenario] {model} TP{tp}, {workload} at {rate:g} req/s, seed 1, around the plan's answers "
               f"({', '.join(f'{d.short} {d.prompt}+{d.token}' for d in res.designs if d.status == 'ok')}): pass/fail "
               f"agreement {agree}/{len(points)}, median relative error {np.median(errs):.1%}; missed (fluid vs "
-              f"oracle): {'; '.join(missed) or 'none'} ({time.perf_counter() - t0:.0f} s)")
-    print(f"[scenario] all: {agree_all}/{total_all} = {agree_all / total_all:.1%} (target >= 95%)")
+              f"oracle): {'; '.join(missed) or 'none'}; cheapest passing point of each design, fluid vs oracle: "
+              f"{', '.join(f'{d} {f[0]:.2f} ({f[2]}) vs {o[0]:.2f} ({o[2]})' for d, f, o in cheapest)} ({time.perf_counter() - t0:.0f} s)")
+    print(f"[scenario] all: pass/fail agreement {agree_all}/{total_all} = {agree_all / total_all:.1%} (target >= 95%); "
+          f"the same cost of the cheapest passing point for {same_all} of {designs_all} designs")
+
+
+def _cheapest(points, fluid, events) -> list:
+    """Per design of ``points``: the cost of its cheapest passing point by the fluid model and by the
+    oracle, each with that point (prompt+token; the fewest machines among equal costs), NaN if none."""
+    out = []
+    for design in dict.fromkeys(d for d, _, _ in points):
+        best = []
+        for results in (fluid, events):
+            ok = [(r.cost, p + t, f"{p}+{t}") for (d, p, t), r in zip(points, results) if d == design and r.slo_met]
+            best.append(min(ok) if ok else (math.nan, 0, "none"))
+        out.append((design, *best))
+    return out
+
+
+def _same_cost(a: float, b: float) -> bool:
+    return abs(a - b) < 1e-6 or (math.isnan(a) and math.isnan(b))
 
 
 def planner_answers() -> None:

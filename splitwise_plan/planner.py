@@ -725,37 +725,48 @@ def _too_big(sim: Simulator, d: Design) -> str:
 
 # The fluid model's tightest SLO ratio runs up to ~1.28x the discrete-event oracle's near the Splitwise
 # frontiers (bench_simulator.py: Splitwise-AA 76+8 at 100 req/s of coding, 1.22 against 0.95): a
-# point the search failed by more than this much is not worth confirming
+# point the search failed by less than this much may well hold
 _FLUID_SLACK = 1.3
+# Oracle runs a descent may lose on points the search failed by more (or stopped early, or pruned):
+# with a token pool of a few machines the fluid model can read 2-3x the oracle's (borrowing runs
+# away), and a cheaper design that holds would stay hidden (Llama2-70B at TP2, 70 req/s of coding:
+# Splitwise-HA 7+7 holds where the search failed it, the answer was 7+9)
+_FAR_TRIES = 4
 
 
 def _descend(confirm, design: str, pt, worst, key, space: Space, known_fail, rate, searched: dict):
     """From a confirmed Splitwise answer, move to a neighbour better by the objective (one machine
     fewer in a pool, or one moved to the cheaper pool) while the confirm simulator holds there.
 
-    Near the frontier the fluid search errs both ways; a point it simulated to the end and
-    failed by less than ``_FLUID_SLACK`` (``searched``: its results) may hold, and would
-    otherwise hide a cheaper design. (A cheaper point it did not simulate it ruled out another
-    way: a failed point with as many machines or more in each pool.) Returns (point, its worst result)."""
+    Near the frontier the fluid search errs both ways, so each better neighbour is confirmed,
+    best first, but none below a point the confirm simulator failed. A neighbour the search
+    simulated to the end and failed by less than ``_FLUID_SLACK`` (``searched``: its results)
+    is always tried; the others only while fewer than ``_FAR_TRIES`` of them have failed
+    confirmation. Returns (point, its worst result)."""
     failed = set(map(tuple, known_fail))   # points the confirm simulator failed: so do those with fewer machines
     lower = space.lower()
     (p_lo, p_hi), (_, t_hi) = space.p_range, space.t_range
+    far_left = _FAR_TRIES
     while True:
         p, t = pt
         better = [n for n in ((p - 1, t), (p, t - 1), (p - 1, t + 1), (p + 1, t - 1))
                   if p_lo <= n[0] <= p_hi and lower[n[0] - p_lo] <= n[1] <= t_hi
-                  and key(*n)[0] < key(p, t)[0] and _near_miss(searched.get(n))
+                  and key(*n)[0] < key(p, t)[0] and (far_left > 0 or _near_miss(searched.get(n)))
                   and not any(f[0] >= n[0] and f[1] >= n[1] for f in failed)]
         better.sort(key=lambda n: key(*n))
         if confirm.searches_done():   # the first here, the others side by side in the pool (if any)
             for n in better[1:]:
                 confirm.prefetch(design, n, rate)
         for n in better:   # a point that holds is better than those tried before: never a candidate again
+            far = not _near_miss(searched.get(n))
+            if far and far_left <= 0:
+                continue
             ok, w, _ = confirm(design, n, rate)
             if ok:
                 pt, worst = n, w
                 break
             failed.add(n)
+            far_left -= far
         else:
             return pt, worst
 

@@ -61,6 +61,21 @@ def test_the_answer_steps_down_to_a_cheaper_point_the_search_failed_and_the_orac
     assert not oracle.run("AA", 54, 6).slo_met and not oracle.run("AA", 55, 5).slo_met
 
 
+def test_the_answer_steps_down_past_points_the_search_failed_far_off():
+    # Llama2-70B at TP2 with a few A100 token machines: the fluid search fails Splitwise-HA 7+6
+    # by far more than its usual error (borrowing runs away in the fluid model), and answers 8+6;
+    # the discrete-event oracle holds 7+6 (9% cheaper) and fails every cheaper neighbour of it.
+    kw = dict(model="llama2-70b", tp=2, duration=60, seed=0)
+    ha = plan(goal="min-cost", rps=70, designs="HA", jobs=1, **kw).get("HA")
+    assert (ha.status, ha.prompt, ha.token) == ("ok", 7, 6) and "search: 8+6" in ha.note
+    stream = load_workload("coding").generate(70, duration_s=60, seed=0)
+    fluid = Simulator(stream, "llama2-70b", tensor_parallel=2)
+    assert fluid.run("HA", 7, 6).tightest["ratio"] > planner._FLUID_SLACK
+    oracle = Simulator(stream, "llama2-70b", tensor_parallel=2, method="events")
+    assert oracle.run("HA", 7, 6).slo_met
+    assert not any(oracle.run("HA", p, t).slo_met for p, t in ((6, 6), (7, 5), (6, 7)))
+
+
 @pytest.mark.parametrize("cores", [2, 4])
 def test_side_processes_give_the_same_plan(min_cost, cores, monkeypatch):
     # With two jobs the baselines and the confirmations run in other processes, the Splitwise
