@@ -694,7 +694,8 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                         f"the confirm simulator holds with {refined} machines (search: {p})")
                     p = refined
             elif req.confirm_method != method:
-                (p2, t2), worst = _descend(confirm, d.name, (p, t), worst, key, space, excluded, req.rps, ev.cache)
+                (p2, t2), worst = _descend(confirm, d.name, (p, t), worst, key, space, excluded, req.rps, ev.cache,
+                                           _far_tries(sim, d))
                 if (p2, t2) != (p, t):
                     note = (note + "; " if note else "") + (
                         f"the confirm simulator holds with {p2}+{t2} (search: {p}+{t})")
@@ -727,46 +728,62 @@ def _too_big(sim: Simulator, d: Design) -> str:
 # frontiers (bench_simulator.py: Splitwise-AA 76+8 at 100 req/s of coding, 1.22 against 0.95): a
 # point the search failed by less than this much may well hold
 _FLUID_SLACK = 1.3
-# Oracle runs a descent may lose on points the search failed by more (or stopped early, or pruned):
-# with a token pool of a few machines the fluid model can read 2-3x the oracle's (borrowing runs
-# away), and a cheaper design that holds would stay hidden (Llama2-70B at TP2, 70 req/s of coding:
-# Splitwise-HA 7+7 holds where the search failed it, the answer was 7+9)
+# Where a token instance holds few requests' KV caches (fewer than _FEW_CACHES of the stream's
+# mean request), the fluid model can read 2-3x the oracle's (decodes spill onto borrowed prompt
+# machines, and borrowing runs away), and a cheaper design that holds would stay hidden
+# (Llama2-70B at TP2, about seven mean coding requests an instance, 60 s at 70 req/s: the search answers
+# Splitwise-HA 8+6 and fails 7+6, which the oracle holds). There a descent also confirms the
+# neighbours the search failed by more, until _FAR_TRIES of them have failed (elsewhere such
+# neighbours fail in the oracle too: they would only cost time)
+_FEW_CACHES = 20
 _FAR_TRIES = 4
 
 
-def _descend(confirm, design: str, pt, worst, key, space: Space, known_fail, rate, searched: dict):
+def _far_tries(sim: Simulator, d: Design) -> int:
+    """Oracle runs a descent of ``d`` may lose on neighbours the search failed far off (see _FEW_CACHES)."""
+    c = sim.cluster(d, 1, 1)
+    room = float(c.token.instance_hbm_bytes) - float(c.model.weights_bytes)
+    s = sim.stream
+    mean_kv = float(np.mean(s.prompt_tokens + s.output_tokens)) * float(c.model.kv_bytes_per_token)
+    return _FAR_TRIES if room < _FEW_CACHES * mean_kv else 0
+
+
+def _descend(confirm, design: str, pt, worst, key, space: Space, known_fail, rate, searched: dict,
+             far_tries: int = 0):
     """From a confirmed Splitwise answer, move to a neighbour better by the objective (one machine
     fewer in a pool, or one moved to the cheaper pool) while the confirm simulator holds there.
 
-    Near the frontier the fluid search errs both ways, so each better neighbour is confirmed,
-    best first, but none below a point the confirm simulator failed. A neighbour the search
-    simulated to the end and failed by less than ``_FLUID_SLACK`` (``searched``: its results)
-    is always tried; the others only while fewer than ``_FAR_TRIES`` of them have failed
-    confirmation. Returns (point, its worst result)."""
+    Near the frontier the fluid search errs both ways, so better neighbours are confirmed, best
+    first, but none below a point the confirm simulator failed: those the search simulated to
+    the end and failed by less than ``_FLUID_SLACK`` (``searched``: its results), and the
+    others until ``far_tries`` of them have failed confirmation. Returns (point, its worst result)."""
     failed = set(map(tuple, known_fail))   # points the confirm simulator failed: so do those with fewer machines
     lower = space.lower()
     (p_lo, p_hi), (_, t_hi) = space.p_range, space.t_range
-    far_left = _FAR_TRIES
+
+    def far(n) -> bool:
+        """Does trying ``n`` take the far budget (failed by ``_FLUID_SLACK`` or more, or never read, by the search)?"""
+        return not _near_miss(searched.get(n))
+
     while True:
         p, t = pt
         better = [n for n in ((p - 1, t), (p, t - 1), (p - 1, t + 1), (p + 1, t - 1))
                   if p_lo <= n[0] <= p_hi and lower[n[0] - p_lo] <= n[1] <= t_hi
-                  and key(*n)[0] < key(p, t)[0] and (far_left > 0 or _near_miss(searched.get(n)))
+                  and key(*n)[0] < key(p, t)[0] and (far_tries > 0 or not far(n))
                   and not any(f[0] >= n[0] and f[1] >= n[1] for f in failed)]
         better.sort(key=lambda n: key(*n))
         if confirm.searches_done():   # the first here, the others side by side in the pool (if any)
             for n in better[1:]:
                 confirm.prefetch(design, n, rate)
         for n in better:   # a point that holds is better than those tried before: never a candidate again
-            far = not _near_miss(searched.get(n))
-            if far and far_left <= 0:
+            if far(n) and far_tries <= 0:
                 continue
             ok, w, _ = confirm(design, n, rate)
             if ok:
                 pt, worst = n, w
                 break
             failed.add(n)
-            far_left -= far
+            far_tries -= far(n)
         else:
             return pt, worst
 
