@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -62,12 +63,13 @@ def point_sets() -> list:
 
 
 def simulate(method: str) -> dict:
-    """Per set: (pass, tightest ratio, nine raw percentiles, cost, overloaded) of each point."""
+    """Per set: of each point, what the comparison reads of its result (kept small for the cache)."""
     out = {}
     for name, model, tp, workload, rate, duration, seed, pts in point_sets():
         stream = load_workload(workload).generate(rate, duration_s=duration, seed=seed)
         results = Simulator(stream, model, tensor_parallel=tp, method=method).run_points(pts)
-        out[name] = [(r.slo_met, _ratio(r), bench._raw(r), r.cost, r.overloaded) for r in results]
+        out[name] = [SimpleNamespace(slo_met=r.slo_met, ratio=_ratio(r), raw=bench._raw(r), cost=r.cost,
+                                     overloaded=r.overloaded) for r in results]
     return out
 
 
@@ -75,13 +77,9 @@ def _ratio(r) -> float:
     return float(r.tightest["ratio"]) if r.tightest else math.nan
 
 
-def _cheapest(pts, results, design) -> float:
-    return min((r[3] for (d, _, _), r in zip(pts, results) if d == design and r[0]), default=math.nan)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "splitwise-ab-oracle.pkl"),
+    ap.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "splitwise-ab-oracle-2.pkl"),
                     help="the oracle's results, computed when absent or with --refresh (default: %(default)s)")
     ap.add_argument("--refresh", action="store_true", help="recompute the oracle's results")
     args = ap.parse_args()
@@ -102,19 +100,20 @@ def main() -> None:
     errs = []
     for name, _, _, _, _, _, _, pts in point_sets():
         fr, orc = fluid[name], oracle[name]
-        a = sum(f[0] == o[0] for f, o in zip(fr, orc))
+        a = sum(f.slo_met == o.slo_met for f, o in zip(fr, orc))
         agree, total = agree + a, total + len(pts)
-        missed = [f"{d} {p}+{t} ({f[1]:.2f} vs {o[1]:.2f})" for (d, p, t), f, o in zip(pts, fr, orc) if f[0] != o[0]]
-        errs += [np.median(np.abs(f[2] / o[2] - 1)) for f, o in zip(fr, orc) if not o[4] and np.isfinite(o[2]).all()]
+        missed = [f"{d} {p}+{t} ({f.ratio:.2f} vs {o.ratio:.2f})" for (d, p, t), f, o in zip(pts, fr, orc)
+                  if f.slo_met != o.slo_met]
+        errs += [np.median(np.abs(f.raw / o.raw - 1)) for f, o in zip(fr, orc)
+                 if not o.overloaded and np.isfinite(o.raw).all()]
         dearer = []
         if not name.startswith("oracle"):   # those sets are sizes around fixed counts, not a design's neighbourhood
-            for design in dict.fromkeys(d for d, _, _ in pts):
-                cf, co = _cheapest(pts, fr, design), _cheapest(pts, orc, design)
+            for design, f, o in bench._cheapest(pts, fr, orc):
                 designs += 1
-                if bench._same_cost(cf, co):
+                if bench._same_cost(f[0], o[0]):
                     same += 1
                 else:
-                    dearer.append(f"{design} {cf:.2f} vs {co:.2f}")
+                    dearer.append(f"{design} {f[0]:.2f} vs {o[0]:.2f}")
         print(f"[ab] {name}: pass/fail {a}/{len(pts)}; missed: {'; '.join(missed) or 'none'}; "
               f"cheapest passing cost differs: {', '.join(dearer) or 'none'}")
     print(f"[ab] all: pass/fail agreement {agree}/{total} = {agree / total:.1%}, the same cheapest passing cost for "

@@ -152,11 +152,14 @@ class Cluster:
     def n_instances(self) -> int:
         return self.prompt.instances + (self.token.instances if self.token else 0)
 
+    def kv_room_of(self, pool: Pool) -> float:
+        """KV-cache bytes one instance of ``pool`` holds beside the weights."""
+        return float(pool.instance_hbm_bytes) - float(self.model.weights_bytes)
+
     @property
     def kv_room(self) -> float:
         """The most KV-cache bytes any instance holds beside the weights: a request needing more never runs."""
-        return max(p.instance_hbm_bytes for p in (self.prompt, self.token) if p is not None) - float(
-            self.model.weights_bytes)
+        return max(self.kv_room_of(p) for p in (self.prompt, self.token) if p is not None)
 
     @property
     def cost(self) -> float:

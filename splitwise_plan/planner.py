@@ -742,10 +742,9 @@ _FAR_TRIES = 4
 def _far_tries(sim: Simulator, d: Design) -> int:
     """Oracle runs a descent of ``d`` may lose on neighbours the search failed far off (see _FEW_CACHES)."""
     c = sim.cluster(d, 1, 1)
-    room = float(c.token.instance_hbm_bytes) - float(c.model.weights_bytes)
     s = sim.stream
-    mean_kv = float(np.mean(s.prompt_tokens + s.output_tokens)) * float(c.model.kv_bytes_per_token)
-    return _FAR_TRIES if room < _FEW_CACHES * mean_kv else 0
+    mean_kv = c.kv_bytes(float(np.mean(s.prompt_tokens + s.output_tokens)))
+    return _FAR_TRIES if c.kv_room_of(c.token) < _FEW_CACHES * mean_kv else 0
 
 
 def _descend(confirm, design: str, pt, worst, key, space: Space, known_fail, rate, searched: dict,
@@ -761,29 +760,29 @@ def _descend(confirm, design: str, pt, worst, key, space: Space, known_fail, rat
     lower = space.lower()
     (p_lo, p_hi), (_, t_hi) = space.p_range, space.t_range
 
-    def far(n) -> bool:
-        """Does trying ``n`` take the far budget (failed by ``_FLUID_SLACK`` or more, or never read, by the search)?"""
-        return not _near_miss(searched.get(n))
+    def allowed(n) -> bool:
+        """May ``n`` be confirmed: a near miss of the search, or another while the far budget lasts?"""
+        return far_tries > 0 or _near_miss(searched.get(n))
 
     while True:
         p, t = pt
         better = [n for n in ((p - 1, t), (p, t - 1), (p - 1, t + 1), (p + 1, t - 1))
                   if p_lo <= n[0] <= p_hi and lower[n[0] - p_lo] <= n[1] <= t_hi
-                  and key(*n)[0] < key(p, t)[0] and (far_tries > 0 or not far(n))
+                  and key(*n)[0] < key(p, t)[0] and allowed(n)
                   and not any(f[0] >= n[0] and f[1] >= n[1] for f in failed)]
         better.sort(key=lambda n: key(*n))
         if confirm.searches_done():   # the first here, the others side by side in the pool (if any)
             for n in better[1:]:
                 confirm.prefetch(design, n, rate)
         for n in better:   # a point that holds is better than those tried before: never a candidate again
-            if far(n) and far_tries <= 0:
+            if not allowed(n):   # the far budget ran out in this step
                 continue
             ok, w, _ = confirm(design, n, rate)
             if ok:
                 pt, worst = n, w
                 break
             failed.add(n)
-            far_tries -= far(n)
+            far_tries -= not _near_miss(searched.get(n))
         else:
             return pt, worst
 
