@@ -14,7 +14,6 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -25,6 +24,16 @@ from .errors import SplitwisePlanError
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3   # a bug: never 1, which check and capacity keep for "the SLOs fail"
+
+
+def _click_class(name: str) -> type:
+    """Click's exception class ``name`` as typer uses it: typer >= 0.26 vendors click (its own classes,
+    and no longer installs the click package), older typer raises click's own."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+
+
+USAGE_ERROR = _click_class("UsageError")           # NoSuchOption, BadParameter, ...
+CLICK_EXCEPTION = _click_class("ClickException")
 
 
 def report_error(exc: SplitwisePlanError) -> None:
@@ -76,7 +85,7 @@ class _Group(TyperGroup):
         except SplitwisePlanError as exc:
             report_error(exc)
             raise typer.Exit(code=EXIT_USER_ERROR) from None
-        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except (typer.Exit, typer.Abort, CLICK_EXCEPTION):
             raise
         except Exception as exc:   # a bug: one line, exit 3
             raise typer.Exit(code=report_internal_error(exc)) from None

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import click
 import typer
 from rich.table import Table
 from typer.core import TyperCommand
 
-from .cli import app, console, opt_bandwidth, opt_transfer, reject_stream_options
+from .cli import USAGE_ERROR, app, console, opt_bandwidth, opt_transfer, reject_stream_options
 from .cluster import SchedulerConfig, pool_size
 from .designs import Design, get_design
 from .errors import SplitwisePlanError
@@ -29,8 +28,7 @@ from .progress import progress
 from .reports import machine_counts, plural
 from .search import passes
 
-# typer >= 0.20 vendors click; catch the usage errors of both (NoSuchOption, BadParameter, ...).
-_USAGE_ERRORS = tuple({click.UsageError, typer.BadParameter.__mro__[1]})
+_USAGE_ERRORS = (USAGE_ERROR,)   # NoSuchOption, BadParameter, ...
 STDOUT = "-"
 MAX_GRID_POINTS = 200_000
 MIN_STREAM_REQUESTS = 10  # capacity: never try a rate that gives fewer requests than this
