@@ -1194,54 +1194,81 @@ def _slo_columns(result: PlanResult) -> tuple[list, str]:
     return cols, "a DGX-A100" if (hw, tp) == ("a100-80gb", 8) else f"{hw} at TP{tp}"
 
 
+def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: int = 0):
+    """The designs ranked, one row each: the nine SLO columns (``slo_cols``); ``compact`` 1 only the
+    tightest SLO's, 2 also no simulation counts (for a terminal too narrow for them, where every
+    number would shrink to "..."). Numbers are never cut: the design names and headers wrap first."""
+    from rich.table import Table
+
+    req = result.request
+    cols = ["#", "design", "prompt", "token"] + (["req/s"] if req.goal == "max-throughput" else []) + ["cost", "power"]
+    cols += (["tightest\nSLO"] if compact else
+             [f"{m.upper()}\nP{p:g}" + (", s" if u == "seconds" else "") for m, p, u in slo_cols])
+    cols += ["head-\nroom"] + ["sims"] * (compact < 2)
+    rows = []
+    for i, dp in enumerate(result.designs, 1):
+        row = [str(i), dp.design]
+        if dp.status == "infeasible" or dp.result is None:
+            rows.append((row + ["-"] * (len(cols) - 3) + [f"{dp.evaluations}+{dp.confirmations}"])[:len(cols)])
+            continue
+        r = dp.result
+        tight = tuple(r.tightest.get(k) for k in ("metric", "percentile", "unit")) if r.tightest else None
+        row[1] += "" if dp.status == "ok" else " (unconfirmed)"
+        row += [str(dp.prompt), str(dp.token) if not get_design(dp.design).is_baseline else "-"]
+        if req.goal == "max-throughput":
+            row.append(f"{dp.rate:g}")
+        row += [f"{dp.cost:.2f}", f"{dp.power:.1f}"]
+        for m, p, u in ([tight] if tight else [(None,) * 3]) if compact else slo_cols:
+            v = (r.slowdown if u == "slowdown" else r.latency_s).get(m, {}).get(p, float("nan")) if m else None
+            cell = "-" if v is None else f"{v:.2f}" if u == "slowdown" else f"{v:.3g}"
+            if compact:
+                cell = f"{m.upper()} P{p:g} {cell}" + (" s" if u == "seconds" else "") if m else cell
+            elif tight == (m, p, u):
+                cell = f"[bold]{cell}*[/bold]"
+            row.append(cell)
+        row += [f"{dp.headroom:.0%}" if math.isfinite(dp.headroom) else "-",   # none: unfinished requests
+                f"{dp.evaluations}+{dp.confirmations}"][:len(cols) - len(row)]
+        rows.append(row)
+    table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s, result.budget)}", pad_edge=not compact)
+    for k, c in enumerate(cols):
+        text = c in ("design", "tightest\nSLO")
+        width = max((len(row[k]) for row in rows), default=1)   # (markup adds to it: never too narrow)
+        table.add_column(c, justify="left" if text else "right", no_wrap=not compact and c == "design",
+                         overflow="fold", min_width=None if text else width)
+    for dp, row in zip(result.designs, rows):
+        table.add_row(*row, style="dim" if dp.status == "infeasible" or dp.result is None else None)
+    units = {u for *_, u in slo_cols}
+    slos = ("the plan's SLOs in seconds" if units == {"seconds"} else
+            f"the plan's SLOs as slowdowns vs the request alone on {reference}"
+            + ("; columns marked s in seconds" if "seconds" in units and not compact else ""))
+    if compact:
+        slos = (f"the tightest of {len(slo_cols)} SLOs ({slos}; the terminal is too narrow for all of them: "
+                f"--json or --csv have them)")
+    else:
+        slos += " (* tightest SLO)"
+    table.caption = (f"{slos}; headroom = 1 - tightest value/limit; "
+                     f"sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
+                     f"simulations: {result.evaluations} + {result.confirmations} for a grid of "
+                     f"{result.grid_size} points; {result.seconds:.1f} s")
+    return table
+
+
 def render(result: PlanResult, console=None) -> None:
     """Print the ranking table, the winner and its gains with rich."""
     from rich.console import Console
-    from rich.table import Table
+    from rich.measure import Measurement
 
     con = console or Console()
     if console is None and (con.is_jupyter or not con.is_terminal) and con.width < _TABLE_WIDTH:
         con = Console(width=_TABLE_WIDTH)   # a notebook scrolls, a file or pipe has no width: no "..." cells
     req = result.request
-    table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s, result.budget)}")
-    cols = ["#", "design", "prompt", "token"]
-    if req.goal == "max-throughput":
-        cols.append("req/s")
     slo_cols, reference = _slo_columns(result)
-    cols += ["cost", "power"] + [f"{m.upper()}\nP{p:g}" + (", s" if u == "seconds" else "") for m, p, u in slo_cols]
-    cols += ["head-\nroom", "sims"]
-    for c in cols:
-        table.add_column(c, justify="left" if c == "design" else "right", no_wrap=(c == "design"))
-    for i, dp in enumerate(result.designs, 1):
-        sims = f"{dp.evaluations}+{dp.confirmations}"
-        if dp.status == "infeasible" or dp.result is None:
-            row = [str(i), dp.design, "-", "-"] + (["-"] if req.goal == "max-throughput" else []) + ["-", "-"]
-            row += ["-"] * len(slo_cols) + ["-", sims]
-            table.add_row(*row, style="dim")
-            continue
-        r = dp.result
-        tight = tuple(r.tightest.get(k) for k in ("metric", "percentile", "unit")) if r.tightest else None
-        row = [str(i), dp.design + ("" if dp.status == "ok" else " (unconfirmed)"), str(dp.prompt),
-               str(dp.token) if not get_design(dp.design).is_baseline else "-"]
-        if req.goal == "max-throughput":
-            row.append(f"{dp.rate:g}")
-        row += [f"{dp.cost:.2f}", f"{dp.power:.1f}"]
-        for m, p, u in slo_cols:
-            v = (r.slowdown if u == "slowdown" else r.latency_s).get(m, {}).get(p, float("nan"))
-            cell = f"{v:.2f}" if u == "slowdown" else f"{v:.3g}"
-            if tight == (m, p, u):
-                cell = f"[bold]{cell}*[/bold]"
-            row.append(cell)
-        row += [f"{dp.headroom:.0%}" if math.isfinite(dp.headroom) else "-", sims]   # none: unfinished requests
-        table.add_row(*row)
-    units = {u for *_, u in slo_cols}
-    slos = ("the plan's SLOs in seconds" if units == {"seconds"} else
-            f"the plan's SLOs as slowdowns vs the request alone on {reference}"
-            + ("; columns marked s in seconds" if "seconds" in units else ""))
-    table.caption = (f"{slos} (* tightest SLO); headroom = 1 - tightest value/limit; "
-                     f"sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
-                     f"simulations: {result.evaluations} + {result.confirmations} for a grid of "
-                     f"{result.grid_size} points; {result.seconds:.1f} s")
+    table = _ranking_table(result, slo_cols, reference)
+    wide = con.options.update(max_width=10 * _TABLE_WIDTH)   # the table's own width, not the console's
+    for compact in (1, 2):
+        if Measurement.get(con, wide, table).maximum <= con.width:   # its numbers fit whole
+            break
+        table = _ranking_table(result, slo_cols, reference, compact)
     con.print(table)
     for dp in result.designs:
         if dp.note:

@@ -275,6 +275,33 @@ def test_render_in_a_notebook_is_wide_enough_for_every_number(monkeypatch):
     assert set(widths) == {100}
 
 
+def test_a_terminal_too_narrow_for_the_nine_slos_shows_every_number_whole():
+    """At 80 or 100 columns the nine SLO columns shrank every number to '5…': the table keeps each
+    design's machines, cost, power and headroom whole and names the tightest SLO instead."""
+    import rich.console as rc
+    res = plan(PlanRequest(goal="min-cost", rps=10, designs=("HH", "HHcap", "H100"), duration=10, jobs=1,
+                           confirm_method="fluid"))
+    for width in (80, 100, 200):
+        con = rc.Console(width=width, record=True, color_system=None)
+        planner.render(res, console=con)
+        text = con.export_text()
+        assert max(len(line) for line in text.splitlines()) <= width
+        table = text[:text.index("└")]
+        assert "…" not in table
+        for dp in res.designs:
+            row = next(line for line in table.splitlines() if f" {dp.design} " in line)   # whole, on one line
+            r = dp.result
+            cells = [str(dp.prompt), f"{dp.cost:.2f}", f"{dp.power:.1f}", f"{dp.headroom:.0%}"]
+            assert all(f" {c} " in row.replace("│", " ") for c in cells), (width, row, cells)
+            t = r.tightest
+            value = f"{r.slowdown[t['metric']][t['percentile']]:.2f}"
+            if width < 150:
+                assert f"{t['metric'].upper()} P{t['percentile']:g} {value}" in row
+                assert "too narrow" in " ".join(text.split())
+            else:
+                assert f"{value}*" in row and "P50" in table and "too narrow" not in text
+
+
 def test_the_table_shows_the_plans_own_slos(tmp_path):
     """Her SLOs (P95 TTFT in seconds, P99.9 E2E as a slowdown) are the table's columns, with the
     values the verdict judged, the tightest starred; not the paper's nine slowdowns."""
