@@ -63,6 +63,11 @@ class _Group(TyperGroup):
         from .cli_simulate import _USAGE_ERRORS, optional_values
         try:
             upto = next((i for i, a in enumerate(args) if a in self.commands), len(args))
+            if 0 < upto < len(args) and args[:upto] != ["--help"]:   # the planner's options would be ignored
+                raise SplitwisePlanError(
+                    f"{' '.join(args[:upto])} comes before the command {args[upto]!r}, where it is a planner "
+                    f"option that {args[upto]!r} ignores: put the command first (splitwise-plan {args[upto]} "
+                    f"--help lists its options)")
             rest = super().parse_args(ctx, optional_values(args[:upto]) + list(args[upto:]))
             reject_stream_options(ctx)
             return rest

@@ -41,6 +41,16 @@ def test_no_subcommand_prints_help():
         assert cmd in r.stdout
 
 
+def test_planner_options_before_a_command_are_an_error_not_ignored(tmp_path):
+    """``--json x.json simulate ...`` wrote no report and exited 0; ``--rps 10 simulate`` said --rps was missing."""
+    out = tmp_path / "x.json"
+    r = run("--json", str(out), "simulate", "--design", "HH", "-p", "2", "-t", "1", "--rps", "1", "--duration", "10")
+    assert_user_error(r, f"--json {out} comes before the command 'simulate'")
+    assert not out.exists()
+    assert_user_error(run("--rps", "10", "simulate", "-d", "HH", "-p", "2", "-t", "1"), "put the command first")
+    assert run("--help", "simulate").exit_code == 0   # help of the planner, as before
+
+
 def test_profiles_lists_entries_and_mape():
     r = run("profiles")
     assert r.exit_code == 0, r.output
