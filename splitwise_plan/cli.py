@@ -56,6 +56,19 @@ def report_internal_error(exc: BaseException) -> int:
     return EXIT_INTERNAL_ERROR
 
 
+EXIT_PIPE_CLOSED = 128 + signal.SIGPIPE   # what a shell reports of a program that SIGPIPE ended
+
+
+def _reader_gone() -> int:
+    """Standard output's reader went away (``| head``): stop quietly, as a program that SIGPIPE ends
+    does, with its exit status; nothing more is written there (nor flushed at exit, which would fail)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):   # no file descriptor (a test's captured output)
+        pass
+    return EXIT_PIPE_CLOSED
+
+
 class _Group(TyperGroup):
     """Typer group that turns SplitwisePlanError from any command into exit status 2."""
 
@@ -83,7 +96,11 @@ class _Group(TyperGroup):
     def invoke(self, ctx):  # noqa: D102 - see class docstring; a command's usage errors are one line too
         from .cli_simulate import _USAGE_ERRORS
         try:
-            return super().invoke(ctx)
+            out = super().invoke(ctx)
+            sys.stdout.flush()   # a reader gone (| head) shows here, not as click's bare exit 1 at exit
+            return out
+        except BrokenPipeError:
+            raise typer.Exit(code=_reader_gone()) from None
         except _USAGE_ERRORS as exc:
             report_error(SplitwisePlanError(_usage_line(exc)))
             raise typer.Exit(code=EXIT_USER_ERROR) from None
@@ -127,12 +144,21 @@ app = typer.Typer(
 )
 
 
+class _Console(Console):
+    """A rich console whose closed pipe ends the command as any other write to it does (see
+    ``_reader_gone``), not with rich's exit status 1, which ``check`` keeps for "the SLOs fail"."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console(stderr: bool = False) -> Console:
     """Rich console for stdout (``stderr``: for stderr, when a report takes stdout); no colour and no
     80-column squeeze when it is not a terminal."""
-    c = Console(highlight=False, stderr=stderr)
+    c = _Console(highlight=False, stderr=stderr)
     if not c.is_terminal:
-        c = Console(highlight=False, stderr=stderr, width=max(c.width, 160))
+        c = _Console(highlight=False, stderr=stderr, width=max(c.width, 160))
     return c
 
 
@@ -367,13 +393,20 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".*tasks which were still being processed by the workers")
     main_thread = threading.current_thread() is threading.main_thread()
     own = main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    own_term = main_thread and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    # SIGTERM (kill, a cancelled CI job) and SIGHUP (its terminal closed) stop a run as Ctrl-C does
+    ends = [sig for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None))
+            if main_thread and sig is not None and signal.getsignal(sig) == signal.SIG_DFL]
     if own:
         signal.signal(signal.SIGINT, _first_interrupt)
-    if own_term:
-        signal.signal(signal.SIGTERM, _terminated)
+    for sig in ends:
+        signal.signal(sig, _terminated)
+    closed = [name for name in ("stdout", "stderr") if getattr(sys, name) is None]
+    for name in closed:   # closed by the caller (>&-): what would go there goes nowhere, the run goes on
+        setattr(sys, name, open(os.devnull, "w"))
     try:
         app(args=argv, prog_name="splitwise-plan")
+    except BrokenPipeError:   # outside a command (its help, say)
+        return _reader_gone()
     except SplitwisePlanError as exc:  # raised outside a command (e.g. during option parsing)
         report_error(exc)
         return EXIT_USER_ERROR
@@ -383,10 +416,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:   # a bug outside a command's run
         return report_internal_error(exc)
     finally:
+        for name in closed:
+            getattr(sys, name).close()
+            setattr(sys, name, None)
         if own:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-        if own_term:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for sig in ends:
+            signal.signal(sig, signal.SIG_DFL)
     return 0
 
 
@@ -396,10 +432,10 @@ def _first_interrupt(signum, frame) -> None:
 
 
 def _terminated(signum, frame) -> None:
-    """SIGTERM (a cancelled CI job, kill): end the worker processes now (none is left running on its
-    own), then stop as Ctrl-C does, keeping what the run has finished."""
-    signal.signal(signal.SIGINT, _second_interrupt)
-    signal.signal(signal.SIGTERM, _second_interrupt)
+    """SIGTERM (a cancelled CI job, kill) or SIGHUP (the terminal closed): end the worker processes now
+    (none is left running on its own), then stop as Ctrl-C does, keeping what the run has finished."""
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM)):
+        signal.signal(sig, _second_interrupt)
     _end_descendants()
     raise KeyboardInterrupt
 

@@ -213,10 +213,36 @@ def test_a_bug_is_one_line_and_exit_3_never_the_gates_1(monkeypatch, capsys):
     assert err.startswith("error: internal error of splitwise-plan") and "AttributeError: 'Inputs'" in err
 
 
+@pytest.mark.parametrize("args", [["profiles"], ["check", "examples/cluster.toml", "--rps", "5", "--duration", "5"],
+                                  ["simulate", "-d", "HH", "-p", "2", "-t", "1", "--rps", "5", "--duration", "5",
+                                   "--json", "-"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_sigpipes_status(args):
+    """``... | head`` (its reader closes the pipe): exit 141, as a program that SIGPIPE ends, no message;
+    rich made it 1 (for ``check``: "the SLOs fail") and ``check`` reported an internal error (3)."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "splitwise_plan", *args], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()   # gone before the command writes
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 141 and err == "", (proc.returncode, err)
+
+
+def test_a_closed_standard_output_still_writes_the_reports(tmp_path):
+    """``>&-``: sys.stdout is None; the run goes on and writes its report (an internal error before)."""
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "splitwise_plan", "simulate", "-d", "HH", "-p", "2", "-t", "1",
+                           "--rps", "5", "--duration", "5", "--json", str(out)],
+                          preexec_fn=lambda: os.close(1), stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == f"wrote {out}\n", proc.stderr
+    assert json.loads(out.read_text())["results"]
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="counts child processes through /proc")
-def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path):
-    """A cancelled CI job sends SIGTERM: the run stops as Ctrl-C stops it (exit 130, the finished design
-    points kept) and leaves no worker process running on its own."""
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path, signame):
+    """A cancelled CI job sends SIGTERM, a closed terminal SIGHUP: the run stops as Ctrl-C stops it
+    (exit 130, the finished design points kept) and leaves no worker process running on its own
+    (on SIGHUP they ran on before, their parent gone)."""
     import signal
     import time
     cmd = [sys.executable, "-m", "splitwise_plan", "sweep", "-d", "HH", "-p", "1:39", "-t", "1:39", "--rps", "70",
@@ -228,7 +254,7 @@ def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path):
         time.sleep(0.2)
         workers = {int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()}
     time.sleep(2)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(getattr(signal, signame))
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130, err
     assert "kept in" in err and (tmp_path / "s.csv.partial").exists()
