@@ -63,6 +63,9 @@ def fluid_available() -> bool:
     return True
 
 
+MAX_SEEDS = 1000   # streams a plan takes the worst of: each multiplies its simulations
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """What to plan. Paths are optional user files; None means the shipped defaults."""
@@ -138,7 +141,7 @@ class PlanRequest:
         # numbers as plain Python ones (numpy scalars and numeric strings too): reports serialize them
         fields = {"duration": positive_number(self.duration, "--duration"),
                   "rate_tol": positive_number(self.rate_tol, "rate tolerance"),
-                  "seeds": whole_number(self.seeds, "--seeds", 1), "tp": whole_number(self.tp, "--tp", 1),
+                  "seeds": whole_number(self.seeds, "--seeds", 1, MAX_SEEDS), "tp": whole_number(self.tp, "--tp", 1),
                   "jobs": whole_number(self.jobs, "--jobs", 0), "seed": seed_value(self.seed),
                   "max_confirm": whole_number(self.max_confirm, "max_confirm", 1)}
         if self.rps is not None:
@@ -350,6 +353,9 @@ class Inputs:
         machines = load_machines(req.machines_file)
         slos = load_slos(req.slos)
         trace = load_trace(req.trace) if req.trace else None
+        if trace is not None and req.goal == "max-throughput" and not trace.duration_s > 0:
+            raise SplitwisePlanError(f"trace {req.trace}: all its requests arrive at one instant, so it has no "
+                                     "rate for --goal max-throughput to scale; give a trace that spans time")
         workload = None if trace is not None else load_workload(req.workload)
         inp = cls(req.model, int(req.tp), profiles, machines, slos, workload, trace, float(req.duration), req.scheduler)
         for name in req.designs:   # fail early, with one line, on a design the catalog cannot build
@@ -1108,6 +1114,8 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
             on_design(p)
 
     unfit = {n: why for n in req.designs if (why := inputs.unfit(n))}
+    if len(unfit) == len(req.designs):   # nothing to plan: the inputs are wrong, not the SLOs too tight
+        raise SplitwisePlanError("no design given can hold the model: " + "; ".join(unfit.values()))
     for n, why in unfit.items():   # a design whose machines cannot hold the model: nothing to search
         collect(DesignPlan(design=n, short=get_design(n).short, status="infeasible", note=why))
     order = sorted((n for n in req.designs if n not in unfit),

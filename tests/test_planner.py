@@ -287,6 +287,25 @@ def test_a_design_whose_machines_cannot_hold_the_model_is_infeasible_and_the_oth
     assert a100.status == "ok" and res.winner == "baseline-a100"
 
 
+def test_a_plan_no_design_of_which_can_hold_the_model_is_a_user_error(tmp_path):
+    """Every design asked for unfit (a machine file's typo): an error naming why, not an exit-0 plan
+    that says "No design meets all SLOs" as if the SLOs were too tight."""
+    f = tmp_path / "m.toml"
+    f.write_text("[machines.dgx-h100]\ngpus = 4\n")
+    with pytest.raises(SplitwisePlanError, match="no design given can hold the model: dgx-h100 has 4 GPUs"):
+        plan(goal="min-cost", **dict(SMALL, machines_file=str(f), designs="HH,H100"))
+
+
+def test_seeds_are_bounded_and_max_throughput_needs_a_trace_that_spans_time(tmp_path):
+    with pytest.raises(SplitwisePlanError, match="--seeds must be between 1 and 1,000"):
+        PlanRequest(goal="min-cost", rps=10, seeds=10**6)
+    t = tmp_path / "t.csv"
+    t.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,100,10\n"
+                 "2023-11-16 18:15:46.68,200,20\n")
+    with pytest.raises(SplitwisePlanError, match="all its requests arrive at one instant"):
+        plan(goal="max-throughput", budget_power="10xH100", trace=str(t), designs="H100", jobs=1)
+
+
 def test_goal_and_model_names_in_any_case():
     req = PlanRequest(goal="MIN-COST", rps=10, model="BLOOM-176B", designs="HH")
     assert (req.goal, req.model) == ("min-cost", "bloom-176b")
