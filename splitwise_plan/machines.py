@@ -142,7 +142,8 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
         missing = [k for k in ("hardware", "gpus", "hbm_bytes_per_gpu", "cost", "power") if k not in fields]
         if missing:
             raise SplitwisePlanError(
-                f"{where}: a new machine needs {', '.join(missing)} "
+                f"{where}: a new machine needs "
+                f"{', '.join('hbm_gib_per_gpu (or hbm_bytes_per_gpu)' if k == 'hbm_bytes_per_gpu' else k for k in missing)} "
                 f"(builtin names that can be partly overridden: {choices(BUILTIN_MACHINES)})")
         machines[name] = Machine(name=name, **fields)
     return machines

@@ -59,7 +59,7 @@ power = 20.5
     ("[machines.dgx-a100]\ncost = -1", "cost must be positive"),
     ("[machines.dgx-a100]\npower = 'x'", "power must be a number"),
     ("[machines.dgx-a100]\ngpus = 2.5", "gpus must be an integer"),
-    ("[machines.new]\ncost = 1", "a new machine needs hardware, gpus, hbm_bytes_per_gpu, power"),
+    ("[machines.new]\ncost = 1", "a new machine needs hardware, gpus, hbm_gib_per_gpu (or hbm_bytes_per_gpu), power"),
 ])
 def test_bad_machine_files(write, text, needle):
     with pytest.raises(SplitwisePlanError) as err:
