@@ -388,7 +388,11 @@ class Inputs:
             horizon = tr.duration_s * k
             return RequestStream(tr.arrival_s * k, tr.prompt_tokens, tr.output_tokens,
                                  name=f"{tr.name}@{rate:g}rps", horizon_s=horizon)
-        return self.workload.generate(rate, duration_s=self.duration, seed=seed)
+        stream = self.workload.generate(rate, duration_s=self.duration, seed=seed)
+        if len(stream) == 0:
+            raise SplitwisePlanError(f"{rate:g} req/s over {self.duration:g} s gives no request (seed {seed}); "
+                                     "raise --rps or --duration")
+        return stream
 
     def simulator(self, stream, method: str, search: bool = False) -> Simulator:
         """A simulator of the inputs; a ``search`` one stops a design once an SLO can no longer hold

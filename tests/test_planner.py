@@ -297,6 +297,8 @@ def test_a_plan_no_design_of_which_can_hold_the_model_is_a_user_error(tmp_path):
 
 
 def test_seeds_are_bounded_and_max_throughput_needs_a_trace_that_spans_time(tmp_path):
+    with pytest.raises(SplitwisePlanError, match=r"0.01 req/s over 20 s gives no request \(seed 0\); raise --rps"):
+        plan(goal="min-cost", rps=0.01, duration=20, designs="HH", jobs=1)
     with pytest.raises(SplitwisePlanError, match="--seeds must be between 1 and 1,000"):
         PlanRequest(goal="min-cost", rps=10, seeds=10**6)
     t = tmp_path / "t.csv"
