@@ -76,7 +76,7 @@ class _Group(TyperGroup):
         from .cli_simulate import _USAGE_ERRORS, optional_values
         try:
             upto = next((i for i, a in enumerate(args) if a in self.commands), len(args))
-            if 0 < upto < len(args) and args[:upto] != ["--help"]:   # the planner's options would be ignored
+            if 0 < upto < len(args) and not set(args[:upto]) <= {"--help", "-h", "--version"}:   # the planner's options would be ignored
                 raise SplitwisePlanError(
                     f"{' '.join(args[:upto])} comes before the command {args[upto]!r}, where it is a planner "
                     f"option that {args[upto]!r} ignores: put the command first (splitwise-plan {args[upto]} "
@@ -141,6 +141,7 @@ app = typer.Typer(
     invoke_without_command=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -225,6 +226,8 @@ def root(
         None, "--plot", metavar="FILE", rich_help_panel="Output",
         help="Cost, power and throughput of the designs (like the paper's Fig. 18): .png, .svg or .html."),
     quiet: bool = typer.Option(False, "--quiet", "-q", rich_help_panel="Output", help="No progress bar, no notes."),
+    _version: bool = typer.Option(False, "--version", is_eager=True, callback=lambda v: _print_version(v),
+                                  help="Print the version and exit (as the version command)."),
 ) -> None:
     """Plan LLM inference clusters with split prompt and token machine pools (Splitwise, ISCA 2024).
 
@@ -271,6 +274,13 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
         render(result, console(stderr=stdout_taken(json_out, csv_out, plot)))
     for path in written:
         _note(f"wrote {path}", quiet)
+
+
+def _print_version(given: bool) -> None:
+    """``--version``: the version, then exit (before any other option is read)."""
+    if given:
+        typer.echo(__version__)
+        raise typer.Exit()
 
 
 @app.command("version")

@@ -32,6 +32,8 @@ def assert_user_error(result, needle: str) -> None:
 def test_version():
     r = run("version")
     assert r.exit_code == 0 and r.stdout.strip() == __version__ == "0.1.0"
+    assert run("--version").stdout.strip() == __version__
+    assert run("-h").exit_code == 0 and "Usage: splitwise-plan" in run("simulate", "-h").stdout
 
 
 def test_no_subcommand_prints_help():
