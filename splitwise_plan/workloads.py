@@ -201,7 +201,7 @@ def load_trace(path: str | Path) -> RequestStream:
     replays exactly). Rows are put in arrival order (stable) if the file is not sorted.
     """
     name, p = _resolve(path, "trace")
-    df = read_user_csv(p, "trace")
+    df = _known_column_names(read_user_csv(p, "trace"))
     cols = set(df.columns)
     if set(AZURE_COLUMNS) <= cols:
         prompt_col, output_col = "ContextTokens", "GeneratedTokens"
@@ -223,6 +223,14 @@ def load_trace(path: str | Path) -> RequestStream:
     output = numeric_column(df, output_col, p, "trace", integer=True, most=MAX_TOKENS)
     order = np.argsort(arrivals, kind="stable")
     return RequestStream(arrivals[order], prompt[order], output[order], name=name)
+
+
+def _known_column_names(df: pd.DataFrame) -> pd.DataFrame:
+    """The trace's columns named as the formats spell them, whatever their case and surrounding
+    spaces (``arrival_timestamp`` for ``ARRIVAL_TIMESTAMP``); two columns of one name stay as they are."""
+    known = {c.lower(): c for c in AZURE_COLUMNS + REFERENCE_COLUMNS}
+    names = [known.get(str(c).strip().lower(), c) for c in df.columns]
+    return df.set_axis(names, axis=1) if len(set(names)) == len(names) else df
 
 
 def _azure_seconds(df: pd.DataFrame, p: Path) -> np.ndarray:

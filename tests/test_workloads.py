@@ -121,6 +121,14 @@ def test_a_trace_cut_from_a_longer_log_replays_at_its_own_rate(write, lead_in):
     assert s.rate == pytest.approx(4 / 4.25)
 
 
+def test_trace_column_names_match_in_any_case(write):
+    """A spreadsheet's ARRIVAL_TIMESTAMP or ' Prompt_Size ' is the reference format's column."""
+    s = load_trace(write("up.csv", "ARRIVAL_TIMESTAMP, Prompt_Size ,Token_Size\n0.5,100,5\n1.5,200,3\n"))
+    assert s.arrival_s.tolist() == [0.5, 1.5] and s.prompt_tokens.tolist() == [100, 200]
+    a = load_trace(write("az.csv", "timestamp,contexttokens,generatedtokens\n0,10,2\n2.5,20,4\n"))
+    assert a.arrival_s.tolist() == [0.0, 2.5] and a.output_tokens.tolist() == [2, 4]
+
+
 def test_replay_azure_format_exactly(coding):
     s = load_trace("coding")
     assert len(s) == 8819 and s.arrival_s[0] == 0.0
