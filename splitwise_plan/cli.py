@@ -56,7 +56,7 @@ def report_internal_error(exc: BaseException) -> int:
     return EXIT_INTERNAL_ERROR
 
 
-EXIT_PIPE_CLOSED = 128 + signal.SIGPIPE   # what a shell reports of a program that SIGPIPE ended
+EXIT_PIPE_CLOSED = 128 + getattr(signal, "SIGPIPE", 13)   # what a shell reports of a program SIGPIPE ended
 
 
 def _reader_gone() -> int:
@@ -73,7 +73,7 @@ class _Group(TyperGroup):
     """Typer group that turns SplitwisePlanError from any command into exit status 2."""
 
     def parse_args(self, ctx, args):  # noqa: D102 - the root (planner) options: one line, exit 2
-        from .cli_simulate import _USAGE_ERRORS, optional_values
+        from .cli_simulate import optional_values
         try:
             upto = next((i for i, a in enumerate(args) if a in self.commands), len(args))
             if 0 < upto < len(args) and not set(args[:upto]) <= {"--help", "-h", "--version"}:   # the planner's options would be ignored
@@ -84,7 +84,7 @@ class _Group(TyperGroup):
             rest = super().parse_args(ctx, optional_values(args[:upto]) + list(args[upto:]))
             reject_stream_options(ctx)
             return rest
-        except _USAGE_ERRORS as exc:
+        except USAGE_ERROR as exc:
             if not args and self.no_args_is_help:   # click's "no arguments: show the help"
                 raise
             report_error(SplitwisePlanError(exc.format_message()))
@@ -94,14 +94,13 @@ class _Group(TyperGroup):
             raise typer.Exit(code=EXIT_USER_ERROR) from None
 
     def invoke(self, ctx):  # noqa: D102 - see class docstring; a command's usage errors are one line too
-        from .cli_simulate import _USAGE_ERRORS
         try:
             out = super().invoke(ctx)
             sys.stdout.flush()   # a reader gone (| head) shows here, not as click's bare exit 1 at exit
             return out
         except BrokenPipeError:
             raise typer.Exit(code=_reader_gone()) from None
-        except _USAGE_ERRORS as exc:
+        except USAGE_ERROR as exc:
             report_error(SplitwisePlanError(_usage_line(exc)))
             raise typer.Exit(code=EXIT_USER_ERROR) from None
         except SplitwisePlanError as exc:

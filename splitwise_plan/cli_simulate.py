@@ -28,7 +28,6 @@ from .progress import progress
 from .reports import machine_counts, plural
 from .search import passes
 
-_USAGE_ERRORS = (USAGE_ERROR,)   # NoSuchOption, BadParameter, ...
 STDOUT = "-"
 MAX_GRID_POINTS = 200_000
 MIN_STREAM_REQUESTS = 10  # capacity: never try a rate that gives fewer requests than this
@@ -68,7 +67,7 @@ class ReportCommand(TyperCommand):
     def parse_args(self, ctx, args):
         try:
             rest = super().parse_args(ctx, optional_values(args))
-        except _USAGE_ERRORS as exc:
+        except USAGE_ERROR as exc:
             raise SplitwisePlanError(exc.format_message()) from None
         reject_stream_options(ctx)
         return rest
