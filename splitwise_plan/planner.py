@@ -1211,6 +1211,7 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
     tightest SLO's, 2 also no simulation counts (for a terminal too narrow for them, where every
     number would shrink to "..."). Numbers are never cut: the design names and headers wrap first."""
     from rich.table import Table
+    from rich.text import Text
 
     req = result.request
     cols = ["#", "design", "prompt", "token"] + (["req/s"] if req.goal == "max-throughput" else []) + ["cost", "power"]
@@ -1244,7 +1245,7 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
     table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s, result.budget)}", pad_edge=not compact)
     for k, c in enumerate(cols):
         text = c in ("design", "tightest\nSLO")
-        width = max((len(row[k]) for row in rows), default=1)   # (markup adds to it: never too narrow)
+        width = max((Text.from_markup(row[k]).cell_len for row in rows), default=1)
         table.add_column(c, justify="left" if text else "right", no_wrap=not compact and c == "design",
                          overflow="fold", min_width=None if text else width)
     for dp, row in zip(result.designs, rows):
@@ -1354,12 +1355,15 @@ def _inputs_block(req: PlanRequest, inputs: Inputs, search_method: str) -> dict:
 
 
 def plan_report(result: PlanResult) -> dict:
-    """The JSON report of a plan: schema version, inputs, one result per design, the winner and gains."""
+    """The JSON report of a plan: schema version, inputs, one result per design, the winner and gains.
+    Its own copy: editing it leaves the plan and its later reports as they are."""
+    import copy
+
     from .reports import build_report
 
     summary = result.to_dict()
     designs = summary.pop("designs")
-    return build_report("plan", plan_inputs(result), designs, plan=summary)
+    return copy.deepcopy(build_report("plan", plan_inputs(result), designs, plan=summary))
 
 
 def csv_rows(result: PlanResult) -> list[dict]:

@@ -139,6 +139,11 @@ def test_a_plan_of_a_trace_reports_the_trace_not_the_generator_defaults(tmp_path
     assert plan_title(req, res.trace_s) == title
     trace.unlink()   # the report tells the inputs the plan ran on, without reading them again
     assert plan_report(res)["inputs"] == doc["inputs"]
+    kept = json.dumps(doc, sort_keys=True)
+    doc["inputs"]["designs"].append("x")   # a caller's edit of its report is its own
+    doc["results"][0]["result"]["slowdown"]["ttft"]["p99"] = 1e9
+    assert json.dumps(plan_report(res), sort_keys=True).replace(doc["created_utc"], "") == kept.replace(
+        json.loads(kept)["created_utc"], "")
 
 
 def test_bare_json_prints_the_report_as_the_other_commands_do(capsys):
@@ -281,7 +286,7 @@ def test_a_terminal_too_narrow_for_the_nine_slos_shows_every_number_whole():
     import rich.console as rc
     res = plan(PlanRequest(goal="min-cost", rps=10, designs=("HH", "HHcap", "H100"), duration=10, jobs=1,
                            confirm_method="fluid"))
-    for width in (80, 100, 200):
+    for width in (80, 100, 150, 200):   # 150: what render gives a notebook, which must show the nine
         con = rc.Console(width=width, record=True, color_system=None)
         planner.render(res, console=con)
         text = con.export_text()
