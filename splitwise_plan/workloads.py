@@ -115,7 +115,9 @@ class RequestStream:
             "prompt_size": self.prompt_tokens, "token_size": self.output_tokens})
 
     def to_csv(self, path: str | Path) -> None:
-        """Write the stream as a reference-format trace CSV that ``load_trace`` replays exactly."""
+        """Write the stream as a reference-format trace CSV: ``load_trace`` replays its requests as they
+        are, less the whole seconds before the first one, and lasting to the last arrival (a generated
+        stream's horizon, after its last arrival, is not in the file)."""
         self.to_frame().to_csv(path, index=False, float_format="%.17g")
 
 
