@@ -731,7 +731,8 @@ def check_cmd(
         write_csv(csv_out, [{**r.flat(), "checked_rps": rate, "headroom": headroom}
                             for (rate, _), r in zip(loads, results)])
     if json_out is not None:
-        doc = build_report("check", inp.report(cluster_file=str(cluster_file)), results, check=check)
+        doc = build_report("check", inp.report(cluster_file=str(cluster_file)),   # each result with its rate
+                           [{**r.to_dict(), "rate_rps": rate} for (rate, _), r in zip(loads, results)], check=check)
         if json_out == STDOUT:
             _print_json(doc)
         else:

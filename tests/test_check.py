@@ -56,6 +56,9 @@ def test_check_json_report(capsys, write, tmp_path):
     assert doc["check"]["checked_rps"] == pytest.approx(6.0)
     assert doc["check"]["cluster"]["design"] == "splitwise-hh" and doc["inputs"]["cluster_file"]
     assert doc["results"][0]["slo"]["met"] is True
+    # each result says the rate it was simulated at (the raised one, then the rate asked for)
+    assert [r["rate_rps"] for r in doc["results"]] == [x["rps"] for x in doc["check"]["rates"]] == [
+        pytest.approx(6.0), 5.0]
 
 
 def test_check_trace_with_headroom(capsys, write, tmp_path):
