@@ -762,7 +762,11 @@ def _verdict_lines(result, n: int) -> list:
     if result.slo_met:
         why = "never got their KV-cache memory" if result.oom else "never finished"
         return [f"FAIL: all {n} SLOs hold, but {lost:,} of {plural(result.requests, 'request')} {why}"]
-    return [f"FAIL: {len(result.violations)} of {n} SLOs violated:", *violation_lines(result)]
+    lines = [f"FAIL: {len(result.violations)} of {n} SLOs violated:", *violation_lines(result)]
+    if lost:   # why some read "not finished"
+        why = "never got their KV-cache memory" if result.oom else "never finished"
+        lines.append(f"  ({lost:,} of {plural(result.requests, 'request')} {why})")
+    return lines
 
 
 def _round_rate(rate: float, digits: int, how=round) -> float:

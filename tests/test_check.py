@@ -61,6 +61,15 @@ def test_check_json_report(capsys, write, tmp_path):
         pytest.approx(6.0), 5.0]
 
 
+def test_a_failed_check_says_why_requests_read_not_finished(capsys, write):
+    """A 900,000-token prompt no machine can hold: its nine percentiles read "not finished (inf)", and the
+    verdict says that a request never got its KV-cache memory (as simulate does)."""
+    trace = write("big.csv", "arrival_timestamp,prompt_size,token_size\n0.1,100,10\n0.5,900000,20\n")
+    code, out, err = run(capsys, "check", write("small.toml", SMALL), "--trace", trace, "--method", "events")
+    assert code == 1 and "not finished (inf)" in out
+    assert out.rstrip().endswith("(1 of 2 requests never got their KV-cache memory)")
+
+
 def test_check_trace_with_headroom(capsys, write, tmp_path):
     trace = tmp_path / "t.csv"
     load_workload("coding").generate(4, duration_s=20, seed=2).to_csv(trace)
