@@ -313,8 +313,9 @@ class PlanResult:
     def to_dict(self) -> dict:
         r = self.request
         workload, duration, seed = _stream_of(r, self.trace_s)
-        return {"goal": r.goal, "rps": r.rps, "budget_power": r.budget_power, "budget_cost": r.budget_cost,
-                "model": r.model, "workload": workload, "trace": r.trace, "duration": duration,
+        return {"goal": r.goal, "rps": None if r.rps is None else float(r.rps), "budget_power": r.budget_power,
+                "budget_cost": r.budget_cost, "model": r.model, "workload": workload, "trace": r.trace,
+                "duration": float(duration),   # floats however given (20 from Python, 20.0 from the CLI)
                 "seed": seed, "seeds": r.seeds if r.trace is None else 1, "tp": r.tp, "strategy": r.strategy,
                 "margin": r.margin,
                 "search_method": self.search_method,
