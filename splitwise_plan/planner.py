@@ -1085,6 +1085,25 @@ def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=Non
 _WORK_ORDER = ("splitwise-aa", "splitwise-ha", "splitwise-hhcap", "splitwise-hh", "baseline-a100", "baseline-h100")
 
 
+def _keeps_optuna_logging(fn):
+    """``fn`` quiets Optuna's line per trial while it runs; its caller's Optuna logging is as it was after."""
+    import functools
+    import sys
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        optuna = sys.modules.get("optuna")
+        level = optuna.logging.get_verbosity() if optuna is not None else None
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            optuna = sys.modules.get("optuna")
+            if optuna is not None:   # (imported by the plan itself: Optuna's own default)
+                optuna.logging.set_verbosity(optuna.logging.INFO if level is None else level)
+    return run
+
+
+@_keeps_optuna_logging
 def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> PlanResult:
     """Plan every requested design under the goal; see :class:`PlanRequest` for the options.
 

@@ -457,3 +457,14 @@ def test_opening_a_storage_another_process_is_creating_waits_for_its_tables(tmp_
     monkeypatch.setattr(st, "_STORAGES", {})
     with pytest.raises(SplitwisePlanError, match="cannot open the database: disk I/O error"):
         st.open_storage(f"sqlite:///{tmp_path / 'other.db'}")
+
+
+def test_a_plan_leaves_the_callers_optuna_logging_as_it_was():
+    """The planner quiets Optuna's line per trial while it runs, not for the rest of the notebook."""
+    before = optuna.logging.get_verbosity()
+    try:
+        optuna.logging.set_verbosity(optuna.logging.DEBUG)
+        plan(goal="min-cost", rps=5, duration=10, designs="HH", strategy="optuna", jobs=1)
+        assert optuna.logging.get_verbosity() == optuna.logging.DEBUG
+    finally:
+        optuna.logging.set_verbosity(before)
