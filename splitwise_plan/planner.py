@@ -1286,10 +1286,17 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
     return table
 
 
+def _check_plan_result(result, what: str) -> None:
+    if not isinstance(result, PlanResult):   # a SimulationResult, say: its to_dict() is its JSON object
+        raise SplitwisePlanError(f"{what} takes a plan's result (a PlanResult from plan()), got {result!r:.80}")
+
+
 def render(result: PlanResult, console=None) -> None:
     """Print the ranking table, the winner and its gains with rich."""
     from rich.console import Console
     from rich.measure import Measurement
+
+    _check_plan_result(result, "render_plan")
 
     con = console or Console()
     if console is None and (con.is_jupyter or not con.is_terminal) and con.width < _TABLE_WIDTH:
@@ -1381,6 +1388,7 @@ def plan_report(result: PlanResult) -> dict:
 
     from .reports import build_report
 
+    _check_plan_result(result, "plan_report")
     summary = result.to_dict()
     designs = summary.pop("designs")
     return copy.deepcopy(build_report("plan", plan_inputs(result), designs, plan=summary))
@@ -1428,6 +1436,7 @@ def write_reports(result: PlanResult, *, json_path=None, csv_path=None, plot_pat
     The paths are checked first, as the command line does: a bad one writes nothing."""
     from .reports import check_outputs, write_csv, write_json
 
+    _check_plan_result(result, "write_reports")
     check_outputs({"json_path": json_path, "csv_path": csv_path, "plot_path": plot_path},
                   result.request.input_files())
     written = []

@@ -123,6 +123,10 @@ def test_results_compare_equal_across_pickling_and_runs(sim):
 def test_write_reports_checks_every_path_before_writing_any(tmp_path):
     import pathlib
     p = sp.plan(rps=5, duration=10, designs="HH", jobs=1)
+    for report in (sp.plan_report, sp.render_plan, lambda r: sp.write_reports(r, json_path=tmp_path / "s.json")):
+        with pytest.raises(sp.SplitwisePlanError, match="takes a plan's result"):   # not an AttributeError
+            report(p.designs[0].result)
+    sp.write_reports(p, json_path="/dev/null", csv_path="/dev/null")   # reports thrown away: one device
     same = tmp_path / "x"
     with pytest.raises(sp.SplitwisePlanError, match="name the same file"):
         sp.write_reports(p, json_path=same, csv_path=same)
