@@ -1241,8 +1241,9 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
     rows = []
     for i, dp in enumerate(result.designs, 1):
         row = [str(i), dp.design]
+        sims = [f"{dp.evaluations}+{dp.confirmations}"] if cols[-1] == "sims" else []
         if dp.status == "infeasible" or dp.result is None:
-            rows.append((row + ["-"] * (len(cols) - 3) + [f"{dp.evaluations}+{dp.confirmations}"])[:len(cols)])
+            rows.append(row + ["-"] * (len(cols) - 2 - len(sims)) + sims)
             continue
         r = dp.result
         tight = tuple(r.tightest.get(k) for k in ("metric", "percentile", "unit")) if r.tightest else None
@@ -1259,9 +1260,7 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
             elif tight == (m, p, u):
                 cell = f"[bold]{cell}*[/bold]"
             row.append(cell)
-        row += [f"{dp.headroom:.0%}" if math.isfinite(dp.headroom) else "-",   # none: unfinished requests
-                f"{dp.evaluations}+{dp.confirmations}"][:len(cols) - len(row)]
-        rows.append(row)
+        rows.append(row + [f"{dp.headroom:.0%}" if math.isfinite(dp.headroom) else "-"] + sims)   # -: unfinished requests
     table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s, result.budget)}", pad_edge=not compact)
     for k, c in enumerate(cols):
         text = c in ("design", "tightest\nSLO")

@@ -307,6 +307,16 @@ def test_a_terminal_too_narrow_for_the_nine_slos_shows_every_number_whole():
                 assert f"{value}*" in row and "P50" in table and "too narrow" not in text
 
 
+def test_an_infeasible_design_in_the_narrowest_table_has_no_count_in_its_headroom():
+    import rich.console as rc
+    con = rc.Console(width=70, record=True, color_system=None)
+    planner.render(_result_with_infeasible_design(), console=con)
+    text = con.export_text()
+    assert "sims" not in text.split("└")[0] and "0+0" not in text   # the counts are the column dropped
+    row = next(line for line in text.splitlines() if "splitwise-" in line)
+    assert row.replace("│", " ").split()[-1] == "-"
+
+
 def test_the_table_shows_the_plans_own_slos(tmp_path):
     """Her SLOs (P95 TTFT in seconds, P99.9 E2E as a slowdown) are the table's columns, with the
     values the verdict judged, the tightest starred; not the paper's nine slowdowns."""
