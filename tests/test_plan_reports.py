@@ -313,7 +313,7 @@ def test_an_infeasible_design_in_the_narrowest_table_has_no_count_in_its_headroo
     planner.render(_result_with_infeasible_design(), console=con)
     text = con.export_text()
     assert "sims" not in text.split("└")[0] and "0+0" not in text   # the counts are the column dropped
-    row = next(line for line in text.splitlines() if "splitwise-" in line)
+    row = next(line for line in text.splitlines() if "│ splitwise-" in line)
     assert row.replace("│", " ").split()[-1] == "-"
 
 
