@@ -442,7 +442,7 @@ def simulate_cmd(
     with _arrivals_bar(inp, f"simulating {d.name}", quiet) as on_arrivals:
         result, per_request = sim.run_requests(d, n_prompt, n_token, on_arrivals=on_arrivals)
     if csv_out is not None:
-        write_csv(csv_out, [result.flat()])
+        write_csv(csv_out, [{"rate_rps": inp.rate, "seed": inp.seed, **result.flat()}])   # as the plan's rows
     if requests_out is not None:
         cols = list(per_request)
         write_csv(requests_out, (dict(zip(cols, row)) for row in zip(*(per_request[c].tolist() for c in cols))),
@@ -592,7 +592,7 @@ def sweep_cmd(
                    "machines": best_result.machines, "cost": round(best_result.cost, 6),
                    "power": round(best_result.power, 6)}}
     if csv_out is not None:
-        write_csv(csv_out, [r.flat() for r in results])
+        write_csv(csv_out, [{"rate_rps": inp.rate, "seed": inp.seed, **r.flat()} for r in results])
     if plot is not None:
         write_plot(plot, sweep=results, title=f"{d.name} design space, {inp.describe()}")
     doc = build_report("sweep", inp.report(), results, sweep=summary) if json_out is not None else None
@@ -919,7 +919,7 @@ def capacity_cmd(
                "trials": [{"rate_rps": rate, "requests": results_by_rate[rate][1], "slo_met": r.slo_met,
                            "tightest": r.tightest} for rate, r in trials]}
     if csv_out is not None:
-        write_csv(csv_out, [{"rate_rps": rate, **r.flat()} for rate, r in trials])
+        write_csv(csv_out, [{"rate_rps": rate, "seed": seed, **r.flat()} for rate, r in trials])
     if json_out is not None:
         doc = build_report("capacity", inp.report(cluster_file=str(cluster_file)), [at] if at else [],
                            capacity=summary)

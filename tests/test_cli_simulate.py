@@ -260,7 +260,10 @@ def test_sweep_range_forms(capsys, tmp_path, spec, n):
     c = tmp_path / "s.csv"
     code, out, err = run(capsys, "sweep", "--design", "A100", "--machines", spec, "--rps", 5, *FAST, "--csv", c)
     assert code == 0, err
-    assert len(list(csv.DictReader(c.open()))) == n
+    rows = list(csv.DictReader(c.open()))
+    assert len(rows) == n
+    # each row names its stream, as the plan's rows do: sweeps at several rates can be stacked
+    assert {(r["rate_rps"], r["seed"]) for r in rows} == {("5.0", "0")}
 
 
 @pytest.mark.parametrize("ext", ["svg", "html"])
