@@ -912,7 +912,7 @@ def capacity_cmd(
         cap, fail, trials = find_capacity(
             run_at, start=start_rps or 2.0 * spec.machines, precision=precision,
             min_rate=min_rate, max_rate=min(MAX_STREAM_REQUESTS / duration, top), on_trial=on_trial)
-    inp.rate = cap
+    inp.rate = None   # no rate was given: the answer is the capacity block's capacity_rps (its trials' rates there)
     at = results_by_rate[cap][0] if cap is not None else None
     summary = {"cluster": spec.to_dict(), "capacity_rps": cap, "fails_at_rps": fail, "precision": precision,
                "method": inp.method, "workload": wl.name, "duration_s": duration, "seed": seed,

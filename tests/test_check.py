@@ -119,8 +119,10 @@ def test_capacity_brackets_the_limit(capsys, write, tmp_path):
     f, j = write("small.toml", SMALL), tmp_path / "cap.json"
     code, out, err = run(capsys, "capacity", f, *FAST, "--json", j)
     assert code == 0, err
-    cap = json.loads(j.read_text())["capacity"]
+    doc = json.loads(j.read_text())
+    cap = doc["capacity"]
     lo, hi = cap["capacity_rps"], cap["fails_at_rps"]
+    assert doc["inputs"]["rate_rps"] is None and doc["inputs"]["requests"] is None   # no rate is an input here
     assert 0 < lo < hi <= lo * 1.01 + 1e-9
     assert f": {lo!r} req/s (fails at {hi!r};" in out   # the exact rates: check reproduces them
     assert float(f"{lo:.4g}") == lo and float(f"{hi:.4g}") == hi   # rates a user can type: 4 digits at 1%
@@ -151,8 +153,10 @@ def test_capacity_from_a_rate_far_past_the_cluster_finds_the_same_limit_quickly(
     f, j = write("small.toml", SMALL), tmp_path / "cap.json"
     code, out, err = run(capsys, "capacity", f, *FAST, "--json", j, "--start-rps", "1e9")
     assert code == 0, err
-    cap = json.loads(j.read_text())["capacity"]
+    doc = json.loads(j.read_text())
+    cap = doc["capacity"]
     lo, hi = cap["capacity_rps"], cap["fails_at_rps"]
+    assert doc["inputs"]["rate_rps"] is None and doc["inputs"]["requests"] is None   # no rate is an input here
     met = {t["rate_rps"]: t["slo_met"] for t in cap["trials"]}
     assert met[lo] is True and met[hi] is False and 0 < lo < hi <= lo * 1.01 + 1e-9
     assert 5 <= lo < 50                                  # SMALL holds 5 req/s; 6 machines never hold 50
