@@ -1365,7 +1365,8 @@ def _inputs_block(req: PlanRequest, inputs: Inputs, search_method: str) -> dict:
         rate, duration, seed, requests, workload = tr.rate, tr.duration_s, None, len(tr), None
     else:
         rate, duration, seed, workload = req.rps, req.duration, req.seed, req.workload
-        requests = len(inputs.stream(req.rps, req.seed)) if req.rps is not None else None
+        # one stream's count; over several seeds each result has its own (and its seed)
+        requests = len(inputs.stream(req.rps, req.seed)) if req.rps is not None and req.seeds == 1 else None
     extra = {}
     if req.goal == "max-throughput":   # the budget as the catalog prices it (40xH100: 40 of its H100 machines)
         spec = req.budget_power if req.objective == "power" else req.budget_cost

@@ -352,7 +352,10 @@ def test_csv_rows_name_the_stream_of_their_numbers_over_several_seeds():
     rows = csv_rows(res)
     assert {r["seed"] for r in rows} <= {0, 1}
     confirm = next(r for r in rows if r["phase"] == "confirm")
-    assert confirm["seed"] == plan_report(res)["results"][0]["seed"]
+    doc = plan_report(res)
+    assert confirm["seed"] == doc["results"][0]["seed"]
+    assert doc["inputs"]["requests"] is None   # not seed 0's count: each result has its own
+    assert doc["results"][0]["result"]["requests"] == confirm["requests"]
 
 
 def test_no_report_overwrites_the_tools_own_data():
