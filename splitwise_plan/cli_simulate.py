@@ -342,9 +342,21 @@ def _input_files(**options) -> dict:
 
 
 def _print_json(doc) -> None:
+    """The report on standard output, written to its file descriptor until all of it is taken: a
+    buffered write of more than a pipe holds ends silently (exit 0) when the reader goes away, where
+    the rest of the run must see BrokenPipeError (exit 141)."""
     from .reports import dumps
-    sys.stdout.write(dumps(doc))
+    text = dumps(doc)
     sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):   # not a file (a test's captured output)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    data = memoryview(text.encode(sys.stdout.encoding or "utf-8"))
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def _note(msg: str, quiet: bool) -> None:

@@ -229,6 +229,18 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_sigpipes_status(a
     assert proc.returncode == 141 and err == "", (proc.returncode, err)
 
 
+def test_a_reader_gone_amid_a_json_report_larger_than_a_pipe_holds_is_seen():
+    """``sweep ... --json - | head -c 1``: a buffered write of 200 KB into a 64 KB pipe ended with exit 0."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "splitwise_plan", "sweep", "-d", "HH", "-p", "15:30", "-t", "1:6",
+                             "--rps", "20", "--duration", "10", "--json", "-", "-q"], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(1) == b"{"
+    proc.stdout.close()
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 141 and err == b"", (proc.returncode, err)
+
+
 def test_a_closed_standard_output_still_writes_the_reports(tmp_path):
     """``>&-``: sys.stdout is None; the run goes on and writes its report (an internal error before)."""
     out = tmp_path / "r.json"
