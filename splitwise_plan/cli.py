@@ -430,8 +430,9 @@ def main(argv: list[str] | None = None) -> int:
             setattr(sys, name, None)
         if own:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-        for sig in ends:
-            signal.signal(sig, signal.SIG_DFL)
+        for sig in ends:   # after a stop by one of them, the same stop sent again to the group finds it ended
+            stopped = signal.getsignal(sig) not in (_terminated, signal.SIG_DFL)
+            signal.signal(sig, signal.SIG_IGN if stopped else signal.SIG_DFL)
     return 0
 
 
@@ -440,11 +441,25 @@ def _first_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+_REPEAT_S = 2.0   # a SIGTERM or SIGHUP this soon after the first is the same stop, not a second one
+
+
 def _terminated(signum, frame) -> None:
     """SIGTERM (a cancelled CI job, kill) or SIGHUP (the terminal closed): end the worker processes now
-    (none is left running on its own), then stop as Ctrl-C does, keeping what the run has finished."""
-    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM)):
-        signal.signal(sig, _second_interrupt)
+    (none is left running on its own), then stop as Ctrl-C does, keeping what the run has finished.
+
+    ``timeout`` and some CI runners signal the process and then its whole group, so the same stop
+    arrives twice at once: only one that comes later ends the run at once, as a second Ctrl-C does."""
+    import time
+    first = time.monotonic()
+
+    def again(signum, frame) -> None:
+        if time.monotonic() - first >= _REPEAT_S:
+            _second_interrupt(signum, frame)
+
+    signal.signal(signal.SIGINT, _second_interrupt)
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM)):
+        signal.signal(sig, again)
     _end_descendants()
     raise KeyboardInterrupt
 

@@ -252,11 +252,12 @@ def test_a_closed_standard_output_still_writes_the_reports(tmp_path):
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="counts child processes through /proc")
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
-def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path, signame):
+@pytest.mark.parametrize("signame, times", [("SIGTERM", 1), ("SIGHUP", 1), ("SIGTERM", 2)])
+def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path, signame, times):
     """A cancelled CI job sends SIGTERM, a closed terminal SIGHUP: the run stops as Ctrl-C stops it
     (exit 130, the finished design points kept) and leaves no worker process running on its own
-    (on SIGHUP they ran on before, their parent gone)."""
+    (on SIGHUP they ran on before, their parent gone). ``timeout`` signals the process and then its
+    group: the same SIGTERM twice at once is one stop (it ended the run at once, keeping nothing)."""
     import signal
     import time
     cmd = [sys.executable, "-m", "splitwise_plan", "sweep", "-d", "HH", "-p", "1:39", "-t", "1:39", "--rps", "70",
@@ -268,7 +269,9 @@ def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path, signame):
         time.sleep(0.2)
         workers = {int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()}
     time.sleep(2)
-    proc.send_signal(getattr(signal, signame))
+    for k in range(times):
+        time.sleep(0.05 * k)   # (a second signal sent at once merges with the first, still pending)
+        proc.send_signal(getattr(signal, signame))
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130, err
     assert "kept in" in err and (tmp_path / "s.csv.partial").exists()
