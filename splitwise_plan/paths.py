@@ -58,11 +58,14 @@ def user_file(path, what: str) -> Path:
     """Check that a user-given ``path`` is a readable file; ``what`` names it in the error."""
     if not isinstance(path, (str, os.PathLike)):
         raise SplitwisePlanError(f"a {what} file is given as a path, got {path!r}")
+    if not os.fspath(path).strip():   # Path("") is ".", the current folder
+        raise SplitwisePlanError(f"the {what} file's path is empty")
     p = Path(path).expanduser()
     if not p.exists():
         raise SplitwisePlanError(f"{what} file not found: {p}")
     if not p.is_file():
-        raise SplitwisePlanError(f"{what} path is not a file: {p}")
+        empty = " (an empty path reads as the current folder)" if os.fspath(path) in ("", ".") else ""
+        raise SplitwisePlanError(f"{what} path is not a file: {p}{empty}")
     return p
 
 

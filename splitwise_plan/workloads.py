@@ -181,6 +181,8 @@ def _resolve(name_or_path: str | Path, what: str = "workload") -> tuple[str, Pat
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise SplitwisePlanError(f"a {what} is a name ({choices(SHIPPED_WORKLOADS)}) or a path, got {name_or_path!r}")
     key = str(name_or_path)
+    if not key.strip():   # Path("") is ".", the current folder
+        raise SplitwisePlanError(f"the {what} is empty; give a name ({choices(SHIPPED_WORKLOADS)}) or a path")
     name = ALIASES.get(key, key)
     if name not in SHIPPED_WORKLOADS and not Path(key).expanduser().exists():   # CODING is coding
         name = ALIASES.get(key.lower(), key.lower())

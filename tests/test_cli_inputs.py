@@ -78,6 +78,8 @@ def test_slos_and_machines():
     (("profiles", "--profiles", "{tmp}/none.csv"), {}, "profile file not found"),
     (("profiles", "--profiles", "{tmp}/p.csv"), {"p.csv": "model,hardware\nm,g\n"}, "lacks column(s)"),
     (("workloads", "chat"), {}, "unknown workload 'chat'; valid: coding, conversation"),
+    (("workloads", ""), {}, "the workload is empty"),   # it read as the folder '.'
+    (("slos", "--slos", ""), {}, "(an empty path reads as the current folder)"),
     (("workloads", "{tmp}/none.csv"), {}, "workload file not found"),
     (("workloads", "{tmp}/t.csv"), {"t.csv": "a,b\n1,2\n"}, "expected the Azure format"),
     (("workloads", "--rate", "0"), {}, "rate (requests per second) must be positive"),
