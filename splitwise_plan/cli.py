@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -63,7 +64,9 @@ def _reader_gone() -> int:
     """Standard output's reader went away (``| head``): stop quietly, as a program that SIGPIPE ends
     does, with its exit status; nothing more is written there (nor flushed at exit, which would fail)."""
     try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
     except (OSError, ValueError, AttributeError):   # no file descriptor (a test's captured output)
         pass
     return EXIT_PIPE_CLOSED
@@ -402,9 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".*tasks which were still being processed by the workers")
     main_thread = threading.current_thread() is threading.main_thread()
     own = main_thread and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    # SIGTERM (kill, a cancelled CI job) and SIGHUP (its terminal closed) stop a run as Ctrl-C does
-    ends = [sig for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None))
-            if main_thread and sig is not None and signal.getsignal(sig) == signal.SIG_DFL]
+    ends = [sig for sig in _END_SIGNALS if main_thread and signal.getsignal(sig) == signal.SIG_DFL]
     if own:
         signal.signal(signal.SIGINT, _first_interrupt)
     for sig in ends:
@@ -441,7 +442,9 @@ def _first_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-_REPEAT_S = 2.0   # a SIGTERM or SIGHUP this soon after the first is the same stop, not a second one
+# SIGTERM (kill, a cancelled CI job) and SIGHUP (its terminal closed, where there is one) stop a run as Ctrl-C does
+_END_SIGNALS = tuple(s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+_REPEAT_S = 2.0   # one of them this soon after the first is the same stop, not a second one
 
 
 def _terminated(signum, frame) -> None:
@@ -450,7 +453,6 @@ def _terminated(signum, frame) -> None:
 
     ``timeout`` and some CI runners signal the process and then its whole group, so the same stop
     arrives twice at once: only one that comes later ends the run at once, as a second Ctrl-C does."""
-    import time
     first = time.monotonic()
 
     def again(signum, frame) -> None:
@@ -458,7 +460,7 @@ def _terminated(signum, frame) -> None:
             _second_interrupt(signum, frame)
 
     signal.signal(signal.SIGINT, _second_interrupt)
-    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM)):
+    for sig in _END_SIGNALS:
         signal.signal(sig, again)
     _end_descendants()
     raise KeyboardInterrupt

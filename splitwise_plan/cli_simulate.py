@@ -173,6 +173,10 @@ class Inputs:
                          machines=self.machines, slos=self.slos, scheduler=self.scheduler,
                          method=self.method, stop_early=stop_early)
 
+    def csv_row(self, result, rate: float | None = None) -> dict:
+        """A result's CSV row, led by its stream as the planner's rows are (``rate``: if not the inputs')."""
+        return {"rate_rps": self.rate if rate is None else rate, "seed": self.seed, **result.flat()}
+
     def report(self, **extra) -> dict:
         from .reports import report_inputs
         return report_inputs(model=self.model, tensor_parallel=self.tensor_parallel, workload=self.workload,
@@ -215,7 +219,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     from .models import get_model
     from .profiles import ProfileSet
     from .slos import load_slos
-    from .workloads import load_trace, load_workload
+    from .workloads import load_trace, load_workload, nonempty
 
     model = get_model(model).name   # its name as the profiles spell it, whatever the case typed
     if tp is None or tp < 1:
@@ -245,10 +249,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
         wl_name = wl.name
         rate, dur, seed_used = rps, duration, seed
         if need_stream:
-            stream = wl.generate(rps, duration_s=duration, seed=seed)
-            if len(stream) == 0:
-                raise SplitwisePlanError(f"{rps:g} req/s over {duration:g} s gives no request; "
-                                         "raise --rps or --duration")
+            stream = nonempty(wl.generate(rps, duration_s=duration, seed=seed), rps, duration)
     return Inputs(stream, model, int(tp), wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
                   machines, profiles, profileset, method, scheduler, wl)
 
@@ -454,7 +455,7 @@ def simulate_cmd(
     with _arrivals_bar(inp, f"simulating {d.name}", quiet) as on_arrivals:
         result, per_request = sim.run_requests(d, n_prompt, n_token, on_arrivals=on_arrivals)
     if csv_out is not None:
-        write_csv(csv_out, [{"rate_rps": inp.rate, "seed": inp.seed, **result.flat()}])   # as the plan's rows
+        write_csv(csv_out, [inp.csv_row(result)])
     if requests_out is not None:
         cols = list(per_request)
         write_csv(requests_out, (dict(zip(cols, row)) for row in zip(*(per_request[c].tolist() for c in cols))),
@@ -604,7 +605,7 @@ def sweep_cmd(
                    "machines": best_result.machines, "cost": round(best_result.cost, 6),
                    "power": round(best_result.power, 6)}}
     if csv_out is not None:
-        write_csv(csv_out, [{"rate_rps": inp.rate, "seed": inp.seed, **r.flat()} for r in results])
+        write_csv(csv_out, [inp.csv_row(r) for r in results])
     if plot is not None:
         write_plot(plot, sweep=results, title=f"{d.name} design space, {inp.describe()}")
     doc = build_report("sweep", inp.report(), results, sweep=summary) if json_out is not None else None
@@ -771,14 +772,12 @@ def _verdict_lines(result, n: int) -> list:
         t = result.tightest
         return [f"PASS: all {n} SLOs hold (tightest: {t['metric'].upper()} P{t['percentile']:g} "
                 f"{t['value']:.4g} < {t['limit']:g}, margin {t['margin']:.4g})"]
+    unfinished = (f"{lost:,} of {plural(result.requests, 'request')} "
+                  f"{'never got their KV-cache memory' if result.oom else 'never finished'}")
     if result.slo_met:
-        why = "never got their KV-cache memory" if result.oom else "never finished"
-        return [f"FAIL: all {n} SLOs hold, but {lost:,} of {plural(result.requests, 'request')} {why}"]
-    lines = [f"FAIL: {len(result.violations)} of {n} SLOs violated:", *violation_lines(result)]
-    if lost:   # why some read "not finished"
-        why = "never got their KV-cache memory" if result.oom else "never finished"
-        lines.append(f"  ({lost:,} of {plural(result.requests, 'request')} {why})")
-    return lines
+        return [f"FAIL: all {n} SLOs hold, but {unfinished}"]
+    return [f"FAIL: {len(result.violations)} of {n} SLOs violated:", *violation_lines(result),
+            *([f"  ({unfinished})"] if lost else [])]   # why some read "not finished"
 
 
 def _round_rate(rate: float, digits: int, how=round) -> float:
@@ -931,7 +930,7 @@ def capacity_cmd(
                "trials": [{"rate_rps": rate, "requests": results_by_rate[rate][1], "slo_met": r.slo_met,
                            "tightest": r.tightest} for rate, r in trials]}
     if csv_out is not None:
-        write_csv(csv_out, [{"rate_rps": rate, "seed": seed, **r.flat()} for rate, r in trials])
+        write_csv(csv_out, [inp.csv_row(r, rate) for rate, r in trials])
     if json_out is not None:
         doc = build_report("capacity", inp.report(cluster_file=str(cluster_file)), [at] if at else [],
                            capacity=summary)

@@ -64,7 +64,7 @@ def user_file(path, what: str) -> Path:
     if not p.exists():
         raise SplitwisePlanError(f"{what} file not found: {p}")
     if not p.is_file():
-        empty = " (an empty path reads as the current folder)" if os.fspath(path) in ("", ".") else ""
+        empty = " (an empty path reads as the current folder)" if os.fspath(path) == "." else ""
         raise SplitwisePlanError(f"{what} path is not a file: {p}{empty}")
     return p
 

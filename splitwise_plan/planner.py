@@ -18,9 +18,11 @@ moves to the next.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 import os
+import sys
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
@@ -389,11 +391,8 @@ class Inputs:
             horizon = tr.duration_s * k
             return RequestStream(tr.arrival_s * k, tr.prompt_tokens, tr.output_tokens,
                                  name=f"{tr.name}@{rate:g}rps", horizon_s=horizon)
-        stream = self.workload.generate(rate, duration_s=self.duration, seed=seed)
-        if len(stream) == 0:
-            raise SplitwisePlanError(f"{rate:g} req/s over {self.duration:g} s gives no request (seed {seed}); "
-                                     "raise --rps or --duration")
-        return stream
+        from .workloads import nonempty
+        return nonempty(self.workload.generate(rate, duration_s=self.duration, seed=seed), rate, self.duration, seed)
 
     def simulator(self, stream, method: str, search: bool = False) -> Simulator:
         """A simulator of the inputs; a ``search`` one stops a design once an SLO can no longer hold
@@ -1087,9 +1086,6 @@ _WORK_ORDER = ("splitwise-aa", "splitwise-ha", "splitwise-hhcap", "splitwise-hh"
 
 def _keeps_optuna_logging(fn):
     """``fn`` quiets Optuna's line per trial while it runs; its caller's Optuna logging is as it was after."""
-    import functools
-    import sys
-
     @functools.wraps(fn)
     def run(*args, **kwargs):
         optuna = sys.modules.get("optuna")

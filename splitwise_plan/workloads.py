@@ -229,6 +229,15 @@ def load_trace(path: str | Path) -> RequestStream:
     return RequestStream(arrivals[order], prompt[order], output[order], name=name)
 
 
+def nonempty(stream: RequestStream, rate: float, duration_s: float, seed: int | None = None) -> RequestStream:
+    """``stream``, drawn at ``rate`` over ``duration_s``, unless it holds no request: a user error
+    naming the flags to raise (the simulator's own "empty stream" says nothing of why)."""
+    if len(stream) == 0:
+        raise SplitwisePlanError(f"{rate:g} req/s over {duration_s:g} s gives no request"
+                                 + ("" if seed is None else f" (seed {seed})") + "; raise --rps or --duration")
+    return stream
+
+
 def _known_column_names(df: pd.DataFrame) -> pd.DataFrame:
     """The trace's columns named as the formats spell them, whatever their case and surrounding
     spaces (``arrival_timestamp`` for ``ARRIVAL_TIMESTAMP``); two columns of one name stay as they are."""
