@@ -737,12 +737,11 @@ def check_cmd(
                                                               on_arrivals=on_arrivals)[0])
     holds = [r.slo_met and r.completed == r.requests for r in results]   # unfinished requests fail the gate
     passed = all(holds)
-    check = {"cluster": spec.to_dict(), "rps": base_rate, "headroom": headroom, "checked_rps": inp.rate,
+    check = {"cluster": spec.to_dict(), "rate_rps": base_rate, "headroom": headroom, "checked_rps": inp.rate,
              "passed": passed, "method": inp.method,
-             "rates": [{"rps": rate, "passed": ok} for (rate, _), ok in zip(loads, holds)]}
+             "rates": [{"rate_rps": rate, "passed": ok} for (rate, _), ok in zip(loads, holds)]}
     if csv_out is not None:
-        write_csv(csv_out, [{**r.flat(), "checked_rps": rate, "headroom": headroom}
-                            for (rate, _), r in zip(loads, results)])
+        write_csv(csv_out, [{**inp.csv_row(r, rate), "headroom": headroom} for (rate, _), r in zip(loads, results)])
     if json_out is not None:
         doc = build_report("check", inp.report(cluster_file=str(cluster_file)),   # each result with its rate
                            [{**r.to_dict(), "rate_rps": rate} for (rate, _), r in zip(loads, results)], check=check)

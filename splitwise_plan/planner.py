@@ -254,7 +254,7 @@ class DesignPlan:
         r = self.result
         return {"design": self.design, "short": self.short, "status": self.status, "prompt_machines": self.prompt,
                 "token_machines": self.token, "machines": self.machines, "cost": _num(round(self.cost, 6)),
-                "power": _num(round(self.power, 6)), "rate": _num(self.rate), "headroom": _num(self.headroom),
+                "power": _num(round(self.power, 6)), "rate_rps": _num(self.rate), "slo_headroom": _num(self.headroom),
                 "slo_met": None if r is None else bool(r.slo_met),
                 "tightest": None if r is None or not r.tightest else {
                     k: (_num(v) if isinstance(v, float) else v) for k, v in r.tightest.items()},
@@ -315,7 +315,7 @@ class PlanResult:
     def to_dict(self) -> dict:
         r = self.request
         workload, duration, seed = _stream_of(r, self.trace_s)
-        return {"goal": r.goal, "rps": None if r.rps is None else float(r.rps), "budget_power": r.budget_power,
+        return {"goal": r.goal, "rate_rps": None if r.rps is None else float(r.rps), "budget_power": r.budget_power,
                 "budget_cost": r.budget_cost, "model": r.model, "workload": workload, "trace": r.trace,
                 "duration": float(duration),   # floats however given (20 from Python, 20.0 from the CLI)
                 "seed": seed, "seeds": r.seeds if r.trace is None else 1, "tp": r.tp, "strategy": r.strategy,

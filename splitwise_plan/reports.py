@@ -6,12 +6,13 @@ never leaves a half-written report (the old file, if any, stays as it was).
 
 A JSON report is one object::
 
-    {"schema_version": 1, "tool": {"name": "splitwise-plan", "version": ...},
+    {"schema_version": 2, "tool": {"name": "splitwise-plan", "version": ...},
      "command": "simulate", "created_utc": "...", "inputs": {...}, "results": [...], ...}
 
 ``inputs`` echoes what the results depend on (model, workload or trace, rate,
 duration, seed, SLO file, machine catalog, profiles, method) and ``results`` holds one
-object per evaluated design point in the schema of ``SimulationResult.to_dict``.
+object per evaluated design point in the schema of ``SimulationResult.to_dict``. A key
+holding a request rate ends in ``_rps`` (``rate_rps``, ``checked_rps``, ``capacity_rps``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from . import __version__
 from .errors import SplitwisePlanError
 
 #: Bumped whenever a key of the report object changes meaning or disappears.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 TOOL_NAME = "splitwise-plan"
 
 

@@ -135,8 +135,8 @@ def test_write_reports_checks_every_path_before_writing_any(tmp_path):
     assert list(tmp_path.iterdir()) == []
     doc = json.loads(json.dumps(sp.plan_report(p), allow_nan=False))
     assert doc["plan"]["winner"] == p.winner
-    assert (doc["plan"]["rps"], doc["plan"]["duration"]) == (5.0, 10.0)   # floats, as the CLI's report has them
-    assert isinstance(doc["plan"]["rps"], float) and isinstance(doc["plan"]["duration"], float)
+    assert (doc["plan"]["rate_rps"], doc["plan"]["duration"]) == (5.0, 10.0)   # floats, as the CLI's report has them
+    assert isinstance(doc["plan"]["rate_rps"], float) and isinstance(doc["plan"]["duration"], float)
     from splitwise_plan.workloads import SHIPPED_WORKLOADS
     q = sp.plan(goal="max-throughput", budget_power=np.int64(400), designs="H100", duration=10, jobs=1,
                 workload=pathlib.Path(sp.data_file("workloads", SHIPPED_WORKLOADS["coding"])))

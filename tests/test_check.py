@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from splitwise_plan.cli import main
@@ -51,14 +52,25 @@ def test_check_json_report(capsys, write, tmp_path):
                          "--json", j)
     assert code == 0
     doc = json.loads(j.read_text())
-    assert doc["schema_version"] == 1 and doc["command"] == "check"
+    assert doc["schema_version"] == 2 and doc["command"] == "check"
     assert doc["check"]["passed"] is True and doc["check"]["headroom"] == 0.2
     assert doc["check"]["checked_rps"] == pytest.approx(6.0)
     assert doc["check"]["cluster"]["design"] == "splitwise-hh" and doc["inputs"]["cluster_file"]
     assert doc["results"][0]["slo"]["met"] is True
     # each result says the rate it was simulated at (the raised one, then the rate asked for)
-    assert [r["rate_rps"] for r in doc["results"]] == [x["rps"] for x in doc["check"]["rates"]] == [
+    assert [r["rate_rps"] for r in doc["results"]] == [x["rate_rps"] for x in doc["check"]["rates"]] == [
         pytest.approx(6.0), 5.0]
+
+
+def test_check_csv_rows_name_their_stream(capsys, write, tmp_path):
+    """Each rate checked is a row led by its stream (rate_rps, seed), as every other command's CSV rows are."""
+    c = tmp_path / "check.csv"
+    assert run(capsys, "check", write("small.toml", SMALL), "--rps", 5, "--headroom", 0.2, *FAST, "--seed", 3,
+               "--csv", c)[0] == 0
+    rows = pd.read_csv(c)
+    assert list(rows.columns[:2]) == ["rate_rps", "seed"]
+    assert rows.rate_rps.tolist() == [pytest.approx(6.0), 5.0] and rows.seed.tolist() == [3, 3]
+    assert rows.headroom.tolist() == [0.2, 0.2] and rows.slo_met.all()
 
 
 def test_a_failed_check_says_why_requests_read_not_finished(capsys, write):
@@ -78,7 +90,7 @@ def test_check_trace_with_headroom(capsys, write, tmp_path):
                          "--method", "events", "--quiet", "--json", j)
     assert code in (0, 1), err
     doc = json.loads(j.read_text())
-    assert doc["check"]["checked_rps"] == pytest.approx(1.5 * doc["check"]["rps"])
+    assert doc["check"]["checked_rps"] == pytest.approx(1.5 * doc["check"]["rate_rps"])
 
 
 @pytest.mark.parametrize("text, match", [
@@ -225,7 +237,6 @@ def test_capacity_of_a_cluster_that_holds_no_rate_points_to_a_longer_duration(ca
 
 
 def test_a_cluster_at_a_tp_its_profiles_lack_names_the_cluster_file(capsys, write, tmp_path):
-    import pandas as pd
     from splitwise_plan.paths import data_file
     df = pd.read_csv(data_file("profiles", "perf_model.csv"))
     df[df.tensor_parallel == 8].to_csv(tmp_path / "tp8.csv", index=False)

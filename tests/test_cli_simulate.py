@@ -102,7 +102,7 @@ def test_simulate_json_and_csv_files(capsys, tmp_path):
                          "--seed", 3, "--json", j, "--csv", c)
     assert code == 0, err
     doc = json.loads(j.read_text())
-    assert doc["schema_version"] == 1 and doc["command"] == "simulate"
+    assert doc["schema_version"] == 2 and doc["command"] == "simulate"
     inputs = doc["inputs"]
     for key in ("model", "workload", "rate_rps", "duration_s", "seed", "slo_file", "machines_file",
                 "machine_catalog", "method"):
@@ -250,7 +250,7 @@ def test_sweep_csv_json_plot(capsys, tmp_path):
     for col in ("cost", "power", "slo_met", "ttft_p99_slowdown", "tbt_p50_s", "tightest_ratio"):
         assert col in rows[0]
     doc = json.loads(j.read_text())
-    assert doc["schema_version"] == 1 and doc["command"] == "sweep" and len(doc["results"]) == 6
+    assert doc["schema_version"] == 2 and doc["command"] == "sweep" and len(doc["results"]) == 6
     assert doc["sweep"]["points"] == 6
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -310,7 +310,7 @@ def test_sweep_json_stdout(capsys):
     code, out, err = run(capsys, "sweep", "--design", "HH", "-p", "1:2", "-t", 1, "--rps", 5, *FAST, "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert len(doc["results"]) == 2 and doc["schema_version"] == 1
+    assert len(doc["results"]) == 2 and doc["schema_version"] == 2
 
 
 @pytest.mark.parametrize("args", [

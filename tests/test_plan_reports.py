@@ -21,7 +21,6 @@ from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.planner import (DesignPlan, PlanRequest, PlanResult, comparison, csv_rows, plan,
                                     plan_report, write_reports)
-from splitwise_plan.reports import SCHEMA_VERSION
 
 QUICK = ["--goal", "min-cost", "--rps", "10", "--designs", "HH,H100", "--duration", "20",
          "--confirm-method", "fluid", "--jobs", "1"]
@@ -53,7 +52,7 @@ def reports_dir(tmp_path_factory):
 
 def test_json_report_schema_inputs_and_designs(reports_dir):
     doc = json.loads((reports_dir / "p.json").read_text())
-    assert doc["schema_version"] == SCHEMA_VERSION and doc["command"] == "plan"
+    assert doc["schema_version"] == 2 and doc["command"] == "plan"
     assert doc["tool"]["name"] == "splitwise-plan" and doc["tool"]["version"]
     inp = doc["inputs"]
     assert (inp["model"], inp["workload"], inp["rate_rps"], inp["seed"]) == ("bloom-176b", "coding", 10.0, 0)
@@ -67,7 +66,7 @@ def test_json_report_schema_inputs_and_designs(reports_dir):
     for d in doc["results"]:
         assert d["status"] == "ok", d["note"]
         assert d["prompt_machines"] >= 1 and d["machines"] == d["prompt_machines"] + d["token_machines"]
-        assert d["cost"] > 0 and d["power"] > 0 and 0 <= d["headroom"] < 1
+        assert d["cost"] > 0 and d["power"] > 0 and 0 <= d["slo_headroom"] < 1
         assert d["slo_met"] is True and d["tightest"]["ratio"] < 1
         assert d["evaluations"] >= 1 and "note" in d
         for kind in ("slowdown", "latency_s"):
