@@ -7,6 +7,7 @@ worker) and the root planner options hang off the same ``app``.
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
@@ -394,6 +395,21 @@ def machines_cmd(
     console().print(table)
 
 
+def _writable(stream) -> bool:
+    """Whether a standard stream can be written: not closed by the caller (``2>&-`` leaves Python None
+    there, or, when a launcher such as a pyenv shim opened a file of its own at that descriptor first,
+    a descriptor open for reading only). A stream with no descriptor (a test's capture) counts."""
+    if stream is None:
+        return False
+    try:
+        import fcntl
+        return fcntl.fcntl(stream.fileno(), fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+    except (ImportError, AttributeError, ValueError, io.UnsupportedOperation):   # no fcntl, or no descriptor
+        return True
+    except OSError:   # a descriptor not open at all
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app; a user error becomes one stderr line and exit 2.
 
@@ -410,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, _first_interrupt)
     for sig in ends:
         signal.signal(sig, _terminated)
-    closed = [name for name in ("stdout", "stderr") if getattr(sys, name) is None]
+    closed = [name for name in ("stdout", "stderr") if not _writable(getattr(sys, name))]
     for name in closed:   # closed by the caller (>&-): what would go there goes nowhere, the run goes on
         setattr(sys, name, open(os.devnull, "w"))
     try:

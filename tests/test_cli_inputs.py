@@ -253,6 +253,19 @@ def test_a_closed_standard_output_still_writes_the_reports(tmp_path):
     assert json.loads(out.read_text())["results"]
 
 
+def test_bad_input_with_standard_error_open_for_reading_only_still_exits_2():
+    """``2>&-`` behind a launcher that opened a file of its own at descriptor 2 (a pyenv shim opens its
+    script there): the error line cannot be written, and the exit status still says bad input."""
+    def stderr_read_only():
+        fd = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    proc = subprocess.run([sys.executable, "-m", "splitwise_plan", "simulate", "-d", "XX", "-p", "2", "-t", "1",
+                           "--rps", "5"], preexec_fn=stderr_read_only, stdout=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.returncode, proc.stdout)
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="counts child processes through /proc")
 @pytest.mark.parametrize("signame, times", [("SIGTERM", 1), ("SIGHUP", 1), ("SIGTERM", 2)])
 def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path, signame, times):
