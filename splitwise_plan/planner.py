@@ -36,6 +36,10 @@ from .designs import DESIGNS, Design, get_design
 from .models import get_model
 from .reports import machine_counts, plural
 from .errors import SplitwisePlanError, choices, positive_number, seed_value, whole_number
+from .machines import Machine
+from .profiles import ProfileSet
+from .slos import SLOSet
+from .workloads import RequestStream, Workload
 from .search import STRATEGIES, Evaluator, Lockstep, Space, passes, search
 from .simulator import METHODS, Simulator, cpu_cores
 
@@ -67,21 +71,43 @@ def fluid_available() -> bool:
 
 MAX_SEEDS = 1000   # streams a plan takes the worst of: each multiplies its simulations
 
+#: The inputs a plan takes as a file (or, for the workload, a shipped name) or as a loaded object (from a notebook).
+IN_MEMORY = {"workload": (Workload, "Workload"), "trace": (RequestStream, "RequestStream"),
+             "slos": (SLOSet, "SLOSet"), "machines_file": (dict, "machine catalog (a dict of name: Machine)"),
+             "profiles": (ProfileSet, "ProfileSet")}
+
+
+def input_label(value) -> str | None:
+    """How a report and a title name an input: its path (or shipped name), or what an in-memory one is."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return "<in-memory machine catalog>"
+    name = getattr(value, "name", None)
+    return f"<in-memory {type(value).__name__}{f' {name}' if name else ''}>"
+
+
+def in_memory_inputs(req: "PlanRequest") -> list[str]:
+    """The options of ``req`` given as loaded objects rather than files."""
+    return [k for k in IN_MEMORY if not (getattr(req, k) is None or isinstance(getattr(req, k), str))]
+
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """What to plan. Paths are optional user files; None means the shipped defaults."""
+    """What to plan. Paths are optional user files; None means the shipped defaults. The workload,
+    trace, SLOs, machine catalog and profiles may also be objects already loaded (a notebook's
+    ``load_trace(...)``, an edited catalog), as :class:`Simulator` takes them."""
 
     goal: str = "min-cost"
     rps: float | None = None
     budget_power: float | str | None = None
     budget_cost: float | str | None = None
     model: str = "bloom-176b"
-    workload: str = "coding"
-    trace: str | None = None
-    slos: str | None = None
-    machines_file: str | None = None
-    profiles: str | None = None
+    workload: str | Workload = "coding"
+    trace: str | RequestStream | None = None
+    slos: str | SLOSet | None = None
+    machines_file: str | dict | None = None   # or the catalog itself: {name: Machine}, complete
+    profiles: str | ProfileSet | None = None
     designs: tuple[str, ...] = ALL_DESIGNS
     duration: float = 120.0
     seed: int = 0
@@ -110,9 +136,9 @@ class PlanRequest:
         """The files the plan reads, by option (its SQLite storage among them): what no report of it
         may overwrite."""
         from .study import sqlite_file
-        return {"--trace": self.trace, "--workload": self.workload, "--slo": self.slos,
-                "--machines-file": self.machines_file, "--profiles": self.profiles,
-                "--storage": sqlite_file(self.storage)}
+        files = {"--trace": self.trace, "--workload": self.workload, "--slo": self.slos,
+                 "--machines-file": self.machines_file, "--profiles": self.profiles}
+        return {**{k: v for k, v in files.items() if isinstance(v, str)}, "--storage": sqlite_file(self.storage)}
 
     def __post_init__(self) -> None:
         for name in ("goal", "search_method", "confirm_method", "strategy", "transfer"):   # MIN-COST is min-cost
@@ -122,6 +148,13 @@ class PlanRequest:
         for name in ("workload", "trace", "slos", "machines_file", "profiles"):   # reports serialize them
             if isinstance(getattr(self, name), os.PathLike):
                 object.__setattr__(self, name, os.fspath(getattr(self, name)))
+        for name, (kind, what) in IN_MEMORY.items():
+            v = getattr(self, name)
+            if not (v is None or isinstance(v, (str, kind))) or (
+                    isinstance(v, dict) and not all(isinstance(m, Machine) for m in v.values())):
+                raise SplitwisePlanError(f"{name} must be a file path or a {what}, got {type(v).__name__} {v!r:.60}")
+            if name == "workload" and v is None:
+                raise SplitwisePlanError("workload must be a workload name, a trace file or a Workload, got None")
         for name in ("budget_power", "budget_cost"):   # a numpy number is a plain one
             v = getattr(self, name)
             if isinstance(v, numbers.Real) and not isinstance(v, bool) and type(v) not in (int, float):
@@ -286,7 +319,7 @@ class PlanResult:
     @property
     def trace_s(self) -> float | None:
         """The replayed trace's duration (None: a generated stream, or a result built by hand)."""
-        return self.inputs["duration_s"] if self.request.trace and self.inputs is not None else None
+        return self.inputs["duration_s"] if self.request.trace is not None and self.inputs is not None else None
 
     @property
     def budget(self) -> float | None:
@@ -316,7 +349,8 @@ class PlanResult:
         r = self.request
         workload, duration, seed = _stream_of(r, self.trace_s)
         return {"goal": r.goal, "rate_rps": None if r.rps is None else float(r.rps), "budget_power": r.budget_power,
-                "budget_cost": r.budget_cost, "model": r.model, "workload": workload, "trace": r.trace,
+                "budget_cost": r.budget_cost, "model": r.model, "workload": input_label(workload),
+                "trace": input_label(r.trace),
                 "duration": float(duration),   # floats however given (20 from Python, 20.0 from the CLI)
                 "seed": seed, "seeds": r.seeds if r.trace is None else 1, "tp": r.tp, "strategy": r.strategy,
                 "margin": r.margin,
@@ -352,14 +386,19 @@ class Inputs:
         from .workloads import load_trace, load_workload
 
         get_model(req.model)
-        profiles = load_profiles(req.profiles)
-        machines = load_machines(req.machines_file)
-        slos = load_slos(req.slos)
-        trace = load_trace(req.trace) if req.trace else None
+
+        def loaded(value, load, kind):   # a file (or None: the shipped one), or the object itself
+            return value if isinstance(value, kind) else load(value)
+        profiles = loaded(req.profiles, load_profiles, ProfileSet)
+        machines = dict(loaded(req.machines_file, load_machines, dict))
+        slos = loaded(req.slos, load_slos, SLOSet)
+        trace = loaded(req.trace, load_trace, RequestStream) if req.trace is not None else None
+        if trace is not None and not len(trace):
+            raise SplitwisePlanError(f"trace {input_label(req.trace)} has no requests")
         if trace is not None and req.goal == "max-throughput" and not trace.duration_s > 0:
-            raise SplitwisePlanError(f"trace {req.trace}: all its requests arrive at one instant, so it has no "
-                                     "rate for --goal max-throughput to scale; give a trace that spans time")
-        workload = None if trace is not None else load_workload(req.workload)
+            raise SplitwisePlanError(f"trace {input_label(req.trace)}: all its requests arrive at one instant, so it "
+                                     "has no rate for --goal max-throughput to scale; give a trace that spans time")
+        workload = None if trace is not None else loaded(req.workload, load_workload, Workload)
         inp = cls(req.model, int(req.tp), profiles, machines, slos, workload, trace, float(req.duration), req.scheduler)
         for name in req.designs:   # fail early, with one line, on a design the catalog cannot build
             d = get_design(name)
@@ -1200,7 +1239,8 @@ def plan_title(req: PlanRequest, trace_s: float | None = None, budget: float | N
         rate = f"{req.rps:g} req/s" if req.rps is not None else "the trace's rate"
         title = f"{req.goal} at {rate}"
     workload, duration, seed = _stream_of(req, trace_s)
-    stream = f"{workload}, {duration:g} s, seed {seed}" if req.trace is None else f"trace {req.trace}, {duration:g} s"
+    stream = (f"{input_label(workload)}, {duration:g} s, seed {seed}" if req.trace is None
+              else f"trace {input_label(req.trace)}, {duration:g} s")
     return (f"{title} - {req.model}, {stream}"
             + (f" (worst of {req.seeds} seeds)" if req.seeds > 1 and req.trace is None else "")
             + ("" if req.scheduler.is_reference else f", {req.scheduler.describe()}"))
@@ -1336,10 +1376,10 @@ def _evaluated_budget(cache: dict) -> tuple:
 def _stream_of(req: PlanRequest, trace_s: float | None = None) -> tuple:
     """(workload, duration in seconds, seed) of the stream a plan ran on: a replayed trace has no
     workload and no seed, and lasts as long as it does (``trace_s``, else read from the file)."""
-    if req.trace:
+    if req.trace is not None:
         if trace_s is None:
             from .workloads import load_trace
-            trace_s = load_trace(req.trace).duration_s
+            trace_s = (req.trace if isinstance(req.trace, RequestStream) else load_trace(req.trace)).duration_s
         return None, trace_s, None
     return req.workload, req.duration, req.seed
 
@@ -1368,12 +1408,13 @@ def _inputs_block(req: PlanRequest, inputs: Inputs, search_method: str) -> dict:
         spec = req.budget_power if req.objective == "power" else req.budget_cost
         amount = parse_budget(spec, req.objective, inputs.machines)
         extra["budget"] = {"objective": req.objective, "amount": round(amount, 9)}
-    return _inputs(model=req.model, tensor_parallel=req.tp, workload=workload, trace=req.trace, rate=rate,
-                   duration_s=duration, seed=seed, requests=requests, slo_file=req.slos, slos=inputs.slos,
-                   machines_file=req.machines_file, machines=inputs.machines,
-                   profiles_file=req.profiles, method=search_method, confirm_method=req.confirm_method,
+    return _inputs(model=req.model, tensor_parallel=req.tp, workload=input_label(workload),
+                   trace=input_label(req.trace), rate=rate, duration_s=duration, seed=seed, requests=requests,
+                   slo_file=input_label(req.slos), slos=inputs.slos, machines_file=input_label(req.machines_file),
+                   machines=inputs.machines, profiles_file=input_label(req.profiles), method=search_method,
+                   confirm_method=req.confirm_method,
                    goal=req.goal, budget_power=req.budget_power, budget_cost=req.budget_cost,
-                   designs=list(req.designs), seeds=1 if req.trace else req.seeds, strategy=req.strategy,
+                   designs=list(req.designs), seeds=1 if req.trace is not None else req.seeds, strategy=req.strategy,
                    margin=req.margin, kv_transfer=req.scheduler.kv_transfer(), **extra)
 
 

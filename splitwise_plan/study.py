@@ -842,6 +842,11 @@ def check_request(req) -> None:
         if req.study is not None:
             raise SplitwisePlanError("--study names a study in a --storage; an in-memory study has no name")
         return
+    from .planner import in_memory_inputs
+    loaded = in_memory_inputs(req)
+    if loaded:   # a stored study is resumed, and its workers rebuild the search, from the files it names
+        raise SplitwisePlanError(f"--storage needs the plan's inputs as files; {', '.join(loaded)} "
+                                 f"{'is' if len(loaded) == 1 else 'are'} an object in memory here")
     if req.goal == "max-throughput":   # before connecting: a refused request leaves no new database behind
         raise SplitwisePlanError("--storage keeps the (prompt, token) search of --goal min-cost and min-power; "
                                  "max-throughput does not use it")

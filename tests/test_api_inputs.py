@@ -141,3 +141,37 @@ def test_write_reports_checks_every_path_before_writing_any(tmp_path):
     q = sp.plan(goal="max-throughput", budget_power=np.int64(400), designs="H100", duration=10, jobs=1,
                 workload=pathlib.Path(sp.data_file("workloads", SHIPPED_WORKLOADS["coding"])))
     json.dumps(q.to_dict(), allow_nan=False)          # a numpy budget and a Path are plain values there
+
+
+def test_a_plan_takes_its_inputs_loaded_as_from_files(tmp_path, capsys):
+    """A notebook's objects (a stream, an edited machine catalog, SLOs, profiles) plan as the same inputs
+    written to files do; the reports name them as in memory; a stored study, whose workers rebuild the
+    search from the files it names, refuses them."""
+    stream = load_workload("coding").generate(6.0, duration_s=15.0, seed=3)
+    stream.to_csv(tmp_path / "t.csv")
+    h100 = BUILTIN_MACHINES["dgx-h100"]
+    cheap = {**BUILTIN_MACHINES, "dgx-h100": dataclasses.replace(h100, cost=h100.cost / 4)}
+    (tmp_path / "m.toml").write_text(f"[machines.dgx-h100]\ncost = {h100.cost / 4!r}\n")
+    kw = dict(designs="HH,HA,H100", jobs=2)
+    mem = sp.plan(trace=stream, machines_file=cheap, slos=sp.load_slos(None), profiles=sp.load_profiles(None), **kw)
+    files = sp.plan(trace=str(tmp_path / "t.csv"), machines_file=str(tmp_path / "m.toml"), **kw)
+    answers = [(d.design, d.status, d.prompt, d.token, d.cost) for d in mem.designs]
+    assert answers == [(d.design, d.status, d.prompt, d.token, d.cost) for d in files.designs]
+    hh = mem.get("HH")
+    assert hh.status == "ok" and hh.cost == pytest.approx((hh.prompt + hh.token) * h100.cost / 4)   # the catalog's price
+    doc = json.loads(json.dumps(sp.plan_report(mem), allow_nan=False))
+    assert doc["inputs"]["trace"] == "<in-memory RequestStream coding@6rps>" == doc["plan"]["trace"]
+    assert doc["inputs"]["machines_file"] == "<in-memory machine catalog>"
+    assert doc["inputs"]["machine_catalog"]["dgx-h100"]["cost"] == pytest.approx(h100.cost / 4)
+    sp.render_plan(mem)
+    assert doc["inputs"]["requests"] == len(stream) and "trace <in-memory RequestStream" in capsys.readouterr().out
+    wl = sp.plan(rps=5, duration=10, workload=load_workload("conversation"), designs="HH", jobs=1)
+    assert wl.designs == sp.plan(rps=5, duration=10, workload="conversation", designs="HH", jobs=1).designs
+    with pytest.raises(sp.SplitwisePlanError, match="--storage needs the plan's inputs as files; trace is an object"):
+        sp.plan(trace=stream, designs="HH", storage=f"sqlite:///{tmp_path / 's.db'}")
+    assert not (tmp_path / "s.db").exists()
+    for bad, needle in ((dict(trace=42), "trace must be a file path or a RequestStream, got int"),
+                        (dict(machines_file={"x": 1}), "machines_file must be a file path or a machine catalog"),
+                        (dict(slos=["ttft"]), "slos must be a file path or a SLOSet")):
+        with pytest.raises(sp.SplitwisePlanError, match=needle):
+            sp.plan(**{"rps": 5, **bad}) if "trace" not in bad else sp.plan(**bad)
