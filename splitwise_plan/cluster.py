@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import SplitwisePlanError, positive_number, whole_number
+from .errors import SplitwisePlanError, positive_number, real_number, whole_number
 from .latency_model import LatencyModel
 from .machines import Machine
 from .models import ModelSpec, check_fits
@@ -49,10 +48,10 @@ class SchedulerConfig:
         mode = str(transfer).strip().lower()
         if mode not in TRANSFERS:
             raise SplitwisePlanError(f"--transfer {transfer!r} is unknown; valid: {', '.join(TRANSFERS)}")
-        if isinstance(bandwidth_gib_s, bool) or not isinstance(bandwidth_gib_s, numbers.Real) \
-                or not 0.001 <= bandwidth_gib_s <= 1e6:
+        bandwidth = real_number(bandwidth_gib_s, "--bandwidth")
+        if not 0.001 <= bandwidth <= 1e6:
             raise SplitwisePlanError(f"--bandwidth must be between 0.001 and 1e6 GiB/s, got {bandwidth_gib_s!r}")
-        return cls(transfer_bandwidth_bytes_s=float(bandwidth_gib_s) * GIB, layerwise_transfer=mode == "layerwise")
+        return cls(transfer_bandwidth_bytes_s=bandwidth * GIB, layerwise_transfer=mode == "layerwise")
 
     @property
     def transfer(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 
 class SplitwisePlanError(ValueError):
@@ -54,6 +55,19 @@ def whole_number(value, what: str, least: int, most: int | None = None, unit: st
     if most is not None and not least <= n <= most:
         raise SplitwisePlanError(f"{what} must be between {least:,} and {most:,}{unit}, got {n}")
     return n
+
+
+def real_number(value, what: str) -> float:
+    """``value`` as a float (numpy numbers and numeric strings too; not bools), or a user error naming ``what``;
+    the caller checks its range."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise SplitwisePlanError(f"{what} must be a number, got {value!r}")
+    return float(value)
 
 
 def seed_value(value, what: str = "--seed") -> int:

@@ -35,7 +35,7 @@ from .cluster import MAX_POOL, SchedulerConfig, instance_layout, pool_size
 from .designs import DESIGNS, Design, get_design
 from .models import get_model
 from .reports import machine_counts, plural
-from .errors import SplitwisePlanError, choices, positive_number, seed_value, whole_number
+from .errors import SplitwisePlanError, choices, positive_number, real_number, seed_value, whole_number
 from .machines import Machine
 from .profiles import ProfileSet
 from .slos import SLOSet
@@ -174,6 +174,10 @@ class PlanRequest:
             if self.rps is not None and self.trace is not None:
                 raise SplitwisePlanError("--trace replays the file at its own rate; give --rps or --trace, not both")
         # numbers as plain Python ones (numpy scalars and numeric strings too): reports serialize them
+        for name in ("seeds", "tp", "jobs", "seed", "max_confirm", "batch"):   # "8" as the rate's "70" is
+            v = getattr(self, name)
+            if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
+                object.__setattr__(self, name, int(v))
         fields = {"duration": positive_number(self.duration, "--duration"),
                   "rate_tol": positive_number(self.rate_tol, "rate tolerance"),
                   "seeds": whole_number(self.seeds, "--seeds", 1, MAX_SEEDS), "tp": whole_number(self.tp, "--tp", 1),
@@ -183,9 +187,9 @@ class PlanRequest:
             fields["rps"] = positive_number(self.rps, "--rps")
         if self.batch is not None:
             fields["batch"] = whole_number(self.batch, "batch", 1)
-        if isinstance(self.margin, bool) or not isinstance(self.margin, numbers.Real) or not 0 <= self.margin < 1:
+        fields["margin"] = real_number(self.margin, "margin")
+        if not 0 <= fields["margin"] < 1:
             raise SplitwisePlanError(f"margin must be a number in [0, 1), got {self.margin!r}")
-        fields["margin"] = float(self.margin)
         _check_limits(self.limits)
         object.__setattr__(self, "limits", tuple(tuple(x) for x in self.limits))   # hashable, equal however given
         for k, v in fields.items():   # a plain int or float stays as given (study names hash the request)
