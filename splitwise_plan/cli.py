@@ -513,6 +513,6 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-# simulate, sweep, check and capacity live in their own module; importing it registers them on ``app``
-# (and, at its end, the worker command, which builds on it: either module may be imported first)
+# simulate and sweep live in their own module; importing it registers them on ``app`` (and, at its end,
+# check and capacity, then the worker command, which build on it: any of these modules may be imported first)
 from . import cli_simulate as _cli_simulate  # noqa: E402,F401

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from splitwise_plan.cli import main
-from splitwise_plan.cli_simulate import find_capacity
+from splitwise_plan.cli_check import find_capacity
 from splitwise_plan.cluster_file import load_cluster
 from splitwise_plan.workloads import load_workload
 
