@@ -27,8 +27,8 @@ __all__ = [
 
 # The planner (issue 4): ``from splitwise_plan import plan`` for notebooks.
 from .budget import parse_budget  # noqa: E402
-from .planner import (DesignPlan, PlanRequest, PlanResult, plan, plan_report,  # noqa: E402
-                      render as render_plan, write_reports)
+from .planner import DesignPlan, PlanRequest, PlanResult, plan  # noqa: E402
+from .plan_reports import plan_report, render as render_plan, write_reports  # noqa: E402
 from .cluster import SchedulerConfig  # noqa: E402
 from .simulator import SimulationResult, Simulator  # noqa: E402
 

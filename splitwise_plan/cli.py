@@ -259,7 +259,8 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
                      quiet: bool) -> None:
     """Run the planner with a progress bar (per finished design), then write the reports and the table."""
     from .cli_simulate import STDOUT, _check_outputs, _note, _print_json, stdout_taken
-    from .planner import plan, plan_report, render, write_reports
+    from .plan_reports import plan_report, render, write_reports
+    from .planner import plan
     from .progress import progress
 
     _check_outputs(json_out, csv_out, plot, inputs=req.input_files())   # a bad path fails now, not after the run

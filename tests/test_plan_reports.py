@@ -14,13 +14,14 @@ from contextlib import contextmanager
 
 import pytest
 
+import splitwise_plan.plan_reports as plan_reports
 import splitwise_plan.planner as planner
 import splitwise_plan.progress as progress_mod
 import splitwise_plan.reports as reports
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.planner import (DesignPlan, PlanRequest, PlanResult, comparison, csv_rows, plan,
-                                    plan_report, write_reports)
+from splitwise_plan.plan_reports import comparison, csv_rows, plan_report, plan_title, write_reports
+from splitwise_plan.planner import DesignPlan, PlanRequest, PlanResult, plan
 
 QUICK = ["--goal", "min-cost", "--rps", "10", "--designs", "HH,H100", "--duration", "20",
          "--confirm-method", "fluid", "--jobs", "1"]
@@ -124,7 +125,6 @@ def test_json_to_stdout_instead_of_the_table(capsys):
 
 
 def test_a_plan_of_a_trace_reports_the_trace_not_the_generator_defaults(tmp_path):
-    from splitwise_plan.planner import plan_title
     from splitwise_plan.workloads import load_workload
     trace = tmp_path / "t.csv"
     load_workload("coding").generate(8, duration_s=15, seed=3).to_csv(trace)
@@ -272,10 +272,10 @@ def test_render_in_a_notebook_is_wide_enough_for_every_number(monkeypatch):
     monkeypatch.setattr(rc, "_is_jupyter", lambda: True)
     widths = []
     monkeypatch.setattr(rc.Console, "print", lambda self, *a, **k: widths.append(self.width))
-    planner.render(res)
+    plan_reports.render(res)
     assert widths and min(widths) >= 150
     widths.clear()
-    planner.render(res, console=rc.Console(width=100))   # a console of the caller's is theirs
+    plan_reports.render(res, console=rc.Console(width=100))   # a console of the caller's is theirs
     assert set(widths) == {100}
 
 
@@ -287,7 +287,7 @@ def test_a_terminal_too_narrow_for_the_nine_slos_shows_every_number_whole():
                            confirm_method="fluid"))
     for width in (80, 100, 150, 200):   # 150: what render gives a notebook, which must show the nine
         con = rc.Console(width=width, record=True, color_system=None)
-        planner.render(res, console=con)
+        plan_reports.render(res, console=con)
         text = con.export_text()
         assert max(len(line) for line in text.splitlines()) <= width
         table = text[:text.index("└")]
@@ -309,7 +309,7 @@ def test_a_terminal_too_narrow_for_the_nine_slos_shows_every_number_whole():
 def test_an_infeasible_design_in_the_narrowest_table_has_no_count_in_its_headroom():
     import rich.console as rc
     con = rc.Console(width=70, record=True, color_system=None)
-    planner.render(_result_with_infeasible_design(), console=con)
+    plan_reports.render(_result_with_infeasible_design(), console=con)
     text = con.export_text()
     assert "sims" not in text.split("└")[0] and "0+0" not in text   # the counts are the column dropped
     row = next(line for line in text.splitlines() if "│ splitwise-" in line)
@@ -325,7 +325,7 @@ def test_the_table_shows_the_plans_own_slos(tmp_path):
     res = plan(PlanRequest(goal="min-cost", rps=10, designs=("H100",), duration=10, jobs=1,
                            confirm_method="fluid", slos=str(slo)))
     con = rc.Console(width=200, record=True, color_system=None)
-    planner.render(res, console=con)
+    plan_reports.render(res, console=con)
     text = con.export_text()
     assert "P95, s" in text and "P99.9" in text and "P50" not in text and "TBT" not in text
     r = res.get("H100").result

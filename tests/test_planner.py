@@ -7,7 +7,7 @@ import pytest
 from splitwise_plan import PlanRequest, plan
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan import planner
+from splitwise_plan import plan_reports, planner
 from splitwise_plan.planner import budget_points, gain_text, DesignPlan, Inputs
 from splitwise_plan.search import passes
 from splitwise_plan.simulator import Simulator
@@ -115,7 +115,7 @@ def test_max_throughput_within_a_power_budget():
         assert d.power <= 6 * 44.0 + 1e-9
     assert res.winner == max(res.designs, key=lambda d: d.rate).design
     assert res.inputs["budget"] == {"objective": "power", "amount": 264.0}   # 6 DGX-H100 of 44 each
-    assert "max-throughput within power budget 6xH100 = 264 - " in planner.plan_title(res.request, budget=res.budget)
+    assert "max-throughput within power budget 6xH100 = 264 - " in plan_reports.plan_title(res.request, budget=res.budget)
 
 
 def test_max_throughput_tries_the_next_design_at_a_rate_before_lowering_it(monkeypatch):
@@ -265,10 +265,10 @@ def test_a_slower_kv_link_never_makes_a_splitwise_plan_cheaper():
     kw = dict(SMALL, designs="HH", confirm_method="fluid")
     fast, slow = plan(goal="min-cost", **kw), plan(goal="min-cost", bandwidth=1.5, **kw)
     assert slow.get("HH").cost > fast.get("HH").cost or slow.get("HH").status != "ok"
-    report = planner.plan_inputs(slow)
+    report = plan_reports.plan_inputs(slow)
     assert report["kv_transfer"] == {"mode": "serialized", "bandwidth_gib_s": 1.5}
-    assert "KV transfer serialized at 1.5 GiB/s" in planner.plan_title(slow.request)
-    assert "KV transfer" not in planner.plan_title(fast.request)   # the reference's link goes unsaid
+    assert "KV transfer serialized at 1.5 GiB/s" in plan_reports.plan_title(slow.request)
+    assert "KV transfer" not in plan_reports.plan_title(fast.request)   # the reference's link goes unsaid
 
 
 def test_cli_without_arguments_prints_help(capsys):
