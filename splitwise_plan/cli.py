@@ -455,8 +455,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _first_interrupt(signum, frame) -> None:
-    signal.signal(signal.SIGINT, _second_interrupt)
+    """Ctrl-C: stop the run, keeping what it has finished. ``timeout -s INT`` and CI runners signal the
+    process and then its group, so the same SIGINT can arrive twice at once: only one that comes
+    later than a hand could press it (``_ECHO_S``) is a second Ctrl-C."""
+    first = time.monotonic()
+
+    def again(signum, frame) -> None:
+        if time.monotonic() - first >= _ECHO_S:
+            _second_interrupt(signum, frame)
+
+    signal.signal(signal.SIGINT, again)
     raise KeyboardInterrupt
+
+
+_ECHO_S = 0.1   # a SIGINT this soon after the first is its echo through the process group, not a second Ctrl-C
 
 
 # SIGTERM (kill, a cancelled CI job) and SIGHUP (its terminal closed, where there is one) stop a run as Ctrl-C does

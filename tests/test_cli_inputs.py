@@ -267,12 +267,13 @@ def test_bad_input_with_standard_error_open_for_reading_only_still_exits_2():
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="counts child processes through /proc")
-@pytest.mark.parametrize("signame, times", [("SIGTERM", 1), ("SIGHUP", 1), ("SIGTERM", 2)])
+@pytest.mark.parametrize("signame, times", [("SIGTERM", 1), ("SIGHUP", 1), ("SIGTERM", 2), ("SIGINT", 2)])
 def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path, signame, times):
     """A cancelled CI job sends SIGTERM, a closed terminal SIGHUP: the run stops as Ctrl-C stops it
     (exit 130, the finished design points kept) and leaves no worker process running on its own
     (on SIGHUP they ran on before, their parent gone). ``timeout`` signals the process and then its
-    group: the same SIGTERM twice at once is one stop (it ended the run at once, keeping nothing)."""
+    group: the same SIGTERM twice at once is one stop (it ended the run at once, keeping nothing), and so
+    is the same SIGINT twice at once (``timeout -s INT``), which read as Ctrl-C pressed twice."""
     import signal
     import time
     cmd = [sys.executable, "-m", "splitwise_plan", "sweep", "-d", "HH", "-p", "1:39", "-t", "1:39", "--rps", "70",
