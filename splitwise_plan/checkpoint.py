@@ -1,11 +1,12 @@
-"""A sweep's results kept as they finish, so that a stopped sweep resumes where it stopped.
+"""A sweep's or a plan's results kept as they finish, so that a stopped run resumes where it stopped.
 
-The file (``OUTPUT.partial`` beside the sweep's first output file) holds one JSON line with
-the fingerprint of the sweep's inputs, then one line per finished design point (a
-:class:`~splitwise_plan.simulator.SimulationResult`). Each part of the sweep is appended and
-flushed to disk as it finishes; a line cut short by a crash is ignored. The same command run
-again finds the file, checks that its inputs are the same (else starts afresh) and simulates
-only the points still missing; the file is removed once the sweep's outputs are written.
+The file (``OUTPUT.partial`` beside the run's first output file) holds one JSON line with
+the fingerprint of the run's inputs, then one line per finished piece of work: a sweep's
+design point (a :class:`~splitwise_plan.simulator.SimulationResult`) or a plan's design (a
+:class:`~splitwise_plan.planner.DesignPlan`). Each is appended and flushed to disk as it
+finishes; a line cut short by a crash is ignored. The same command run again finds the file,
+checks that its inputs are the same (else starts afresh) and does only the work still missing;
+the file is removed once the run's outputs are written.
 """
 
 from __future__ import annotations
@@ -18,8 +19,37 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-FORMAT = "splitwise-plan sweep checkpoint"
+FORMAT = "splitwise-plan {kind} checkpoint"
 VERSION = 1
+
+
+def _point_of(d: dict):
+    """A sweep's line: its result, keyed by (prompt, token) machines."""
+    from .simulator import SimulationResult
+    from .study import decode_result
+
+    r = decode_result(d)
+    if not isinstance(r, SimulationResult):
+        raise TypeError("not a simulation result")
+    return (r.prompt_machines, r.token_machines), r
+
+
+def _design_of(d: dict):
+    """A plan's line: a design's answer, keyed by the design's name."""
+    from .planner import DesignPlan
+
+    p = DesignPlan.from_record(d)
+    return p.design, p
+
+
+def _encode(x) -> dict:
+    """A line of either kind."""
+    from .study import encode_result
+
+    return x.to_record() if hasattr(x, "to_record") else encode_result(x)
+
+
+_DECODERS = {"sweep": _point_of, "plan": _design_of}
 
 
 def fingerprint(inputs: dict, stream, design: str, **extra) -> str:
@@ -36,6 +66,21 @@ def fingerprint(inputs: dict, stream, design: str, **extra) -> str:
     return h.hexdigest()
 
 
+def plan_fingerprint(req, version: str) -> str:
+    """A digest of everything a plan's answers for its designs depend on: the request's options (but
+    which designs, its workers and its storage), the contents of the files it names and the tool's
+    ``version``. A design's answer does not depend on the other designs planned beside it."""
+    from dataclasses import fields
+
+    options = {f.name: getattr(req, f.name) for f in fields(req) if f.name not in ("designs", "jobs", "storage", "study")}
+    h = hashlib.sha256(json.dumps({"request": options, "version": version}, sort_keys=True, default=str).encode())
+    for key in ("workload", "trace", "slos", "machines_file", "profiles"):
+        path = options[key]
+        if isinstance(path, str) and Path(path).is_file():
+            h.update(Path(path).read_bytes())
+    return h.hexdigest()
+
+
 def path_for(*outputs) -> Path | None:
     """Where a sweep keeps its checkpoint: beside its first output file (None: no file output; standard
     output, a device or a pipe is none: a checkpoint beside /dev/stdout would land in /dev)."""
@@ -48,25 +93,25 @@ def path_for(*outputs) -> Path | None:
 
 
 class Checkpoint:
-    """The finished points of one sweep, on disk."""
+    """The finished work of one sweep (``kind`` "sweep": its design points) or plan ("plan": its designs), on disk."""
 
-    def __init__(self, path: Path, digest: str, on_fail: Callable[[str], None] | None = None) -> None:
-        self.path, self.digest, self.on_fail = Path(path), digest, on_fail
-        self.failed: str | None = None   # why the file could not be written (the sweep goes on without it)
+    def __init__(self, path: Path, digest: str, on_fail: Callable[[str], None] | None = None,
+                 kind: str = "sweep") -> None:
+        self.path, self.digest, self.on_fail, self.kind = Path(path), digest, on_fail, kind
+        self.format = FORMAT.format(kind=kind)
+        self.failed: str | None = None   # why the file could not be written (the run goes on without it)
         self.kept = 0                    # results the file holds
 
     def _fail(self, exc: OSError) -> None:
         """Stop writing the file, and say why once."""
-        self.failed = f"cannot keep the sweep's progress in {self.path}: {exc.strerror or exc}"
+        self.failed = f"cannot keep the {self.kind}'s progress in {self.path}: {exc.strerror or exc}"
         if self.on_fail is not None:
             self.on_fail(self.failed)
 
     def load(self) -> tuple[dict, str | None]:
-        """The results kept by an earlier run of the same sweep, by (prompt, token) machines, and a
-        note when a file was there but is not this sweep's (it is then started afresh)."""
-        from .simulator import SimulationResult
-        from .study import decode_result
-
+        """The results kept by an earlier run of the same sweep (by (prompt, token) machines) or plan
+        (by design), and a note when a file was there but is not this run's (it is then started afresh)."""
+        decode = _DECODERS[self.kind]
         try:
             with self.path.open() as f:
                 lines = f.read().splitlines()
@@ -75,24 +120,22 @@ class Checkpoint:
         except OSError as exc:
             return {}, f"ignoring {self.path}: {exc.strerror or exc}"
         except UnicodeDecodeError:
-            return {}, self._set_aside("it is not a sweep's checkpoint (not text)")
+            return {}, self._set_aside(f"it is not a {self.kind}'s checkpoint (not text)")
         try:
             head = json.loads(lines[0]) if lines else {}
         except ValueError:
             head = {}
         if not isinstance(head, dict):
             head = {}
-        if head.get("format") != FORMAT or head.get("version") != VERSION or head.get("fingerprint") != self.digest:
-            return {}, self._set_aside("it was made by a sweep with other inputs")
+        if head.get("format") != self.format or head.get("version") != VERSION or head.get("fingerprint") != self.digest:
+            return {}, self._set_aside(f"it was made by a {self.kind} with other inputs")
         done = {}
         for line in lines[1:]:
             try:
-                r = decode_result(json.loads(line))
+                key, r = decode(json.loads(line))
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue                       # cut short by a crash, or not a result
-            if not isinstance(r, SimulationResult):
-                continue
-            done[(r.prompt_machines, r.token_machines)] = r
+            done[key] = r
         return done, None
 
     def _set_aside(self, why: str) -> str:
@@ -107,10 +150,8 @@ class Checkpoint:
 
     def start(self, kept: Iterable = ()) -> None:
         """Begin the file afresh: the header, then the results ``kept`` from an earlier run."""
-        from .study import encode_result
-
-        lines = [json.dumps({"format": FORMAT, "version": VERSION, "fingerprint": self.digest})]
-        lines += [json.dumps(encode_result(r)) for r in kept]
+        lines = [json.dumps({"format": self.format, "version": VERSION, "fingerprint": self.digest})]
+        lines += [json.dumps(_encode(r)) for r in kept]
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             tmp.write_text("\n".join(lines) + "\n")
@@ -122,11 +163,9 @@ class Checkpoint:
 
     def add(self, results: Iterable) -> None:
         """Append finished results and push them to disk (nothing once writing has failed)."""
-        from .study import encode_result
-
         if self.failed:
             return
-        lines = [json.dumps(encode_result(r)) + "\n" for r in results]
+        lines = [json.dumps(_encode(r)) + "\n" for r in results]
         try:
             with self.path.open("a") as f:
                 f.write("".join(lines))

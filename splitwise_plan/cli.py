@@ -265,19 +265,54 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
 
     _check_outputs(json_out, csv_out, plot, inputs=req.input_files())   # a bad path fails now, not after the run
     n = len(req.designs)
+    ckpt, kept = _plan_checkpoint(req, csv_out, None if json_out == STDOUT else json_out, plot, quiet=quiet)
     with progress(n, f"plan {req.goal}, {n} design{'s' if n > 1 else ''}", quiet=quiet) as bar:
         def done(dp) -> None:
             bar.advance(1)
             bar.update(description=f"plan {req.goal}: {dp.design} {dp.status} in {dp.seconds:.1f} s")
-        result = plan(req, on_design=done)
+            if ckpt is not None and dp.design not in kept:
+                ckpt.add([dp])
+        try:
+            result = plan(req, on_design=done, done=kept)
+        except KeyboardInterrupt:
+            if ckpt is not None and not ckpt.failed:
+                sys.stderr.write(f"stopped: {ckpt.kept} of {n} designs are kept in {ckpt.path}; "
+                                 "the same command goes on from there\n")
+            elif ckpt is None:
+                sys.stderr.write("stopped: nothing is kept, since the plan writes no file (a --csv, --json or "
+                                 "--plot FILE keeps the designs done beside it, and the same command goes on "
+                                 "from them; --storage keeps every simulation)\n")
+            raise
     written = write_reports(result, json_path=None if json_out == STDOUT else json_out,
                             csv_path=csv_out, plot_path=plot)
+    if ckpt is not None:
+        ckpt.remove()
     if json_out == STDOUT:
         _print_json(plan_report(result))
     else:
         render(result, console(stderr=stdout_taken(json_out, csv_out, plot)))
     for path in written:
         _note(f"wrote {path}", quiet)
+
+
+def _plan_checkpoint(req, *outputs, quiet: bool) -> tuple:
+    """The checkpoint of a plan beside its first output file (None: no file) and the designs it kept from
+    an earlier run of the same plan, stopped: {design: DesignPlan}."""
+    from .checkpoint import Checkpoint, path_for, plan_fingerprint
+    from .cli_simulate import _note
+
+    where = path_for(*outputs)
+    if where is None:
+        return None, {}
+    ckpt = Checkpoint(where, plan_fingerprint(req, __version__), on_fail=lambda why: _note(why, quiet), kind="plan")
+    kept, why = ckpt.load()
+    if why:
+        _note(why, quiet)
+    kept = {d: p for d, p in kept.items() if d in req.designs}
+    ckpt.start(kept.values())
+    if kept:
+        _note(f"resuming: {len(kept)} of {len(req.designs)} designs kept in {where} ({', '.join(kept)})", quiet)
+    return ckpt, kept
 
 
 def _print_version(given: bool) -> None:
@@ -465,10 +500,18 @@ def _first_interrupt(signum, frame) -> None:
             _second_interrupt(signum, frame)
 
     signal.signal(signal.SIGINT, again)
+    _wait_out_echo(first)
     raise KeyboardInterrupt
 
 
 _ECHO_S = 0.1   # a SIGINT this soon after the first is its echo through the process group, not a second Ctrl-C
+
+
+def _wait_out_echo(first: float) -> None:
+    """Let a stop signal's echo through the process group arrive before the cleanup starts: the echo
+    kills what the cleanup starts meanwhile (joblib's worker shutdown runs ``pgrep``, and, its
+    SIGINT-killed, leaves a traceback and may hang)."""
+    time.sleep(max(0.0, first + _ECHO_S - time.monotonic()))
 
 
 # SIGTERM (kill, a cancelled CI job) and SIGHUP (its terminal closed, where there is one) stop a run as Ctrl-C does
@@ -491,6 +534,7 @@ def _terminated(signum, frame) -> None:
     signal.signal(signal.SIGINT, _second_interrupt)
     for sig in _END_SIGNALS:
         signal.signal(sig, again)
+    _wait_out_echo(first)
     _end_descendants()
     raise KeyboardInterrupt
 

@@ -287,6 +287,32 @@ class DesignPlan:
             return float("nan")
         return 1.0 - float(self.result.tightest["ratio"])
 
+    def to_record(self) -> dict:
+        """The whole answer as JSON-able data (its results and evaluated points too): what a stopped
+        plan keeps of each finished design (see :func:`from_record`)."""
+        from .study import encode_result
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("result", "evaluated")}
+        out["result"] = None if self.result is None else encode_result(self.result)
+        out["evaluated"] = [[float(rate), encode_result(r)] for rate, r in self.evaluated]
+        return out
+
+    @classmethod
+    def from_record(cls, d: dict) -> "DesignPlan":
+        """The inverse of :meth:`to_record` (an error of the ``ValueError``, ``KeyError`` or ``TypeError`` kind
+        for data that is not one)."""
+        from .simulator import SimulationResult
+        from .study import decode_result
+
+        def result(x):
+            r = decode_result(x)
+            if not isinstance(r, SimulationResult):
+                raise TypeError("not a simulation result")
+            return r
+        vals = dict(d)
+        vals["result"] = None if d["result"] is None else result(d["result"])
+        vals["evaluated"] = tuple((float(rate), result(r)) for rate, r in d["evaluated"])
+        return cls(**vals)
+
     def to_dict(self) -> dict:
         r = self.result
         return {"design": self.design, "short": self.short, "status": self.status, "prompt_machines": self.prompt,
@@ -1143,11 +1169,13 @@ def _keeps_optuna_logging(fn):
 
 
 @_keeps_optuna_logging
-def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> PlanResult:
+def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, **kwargs) -> PlanResult:
     """Plan every requested design under the goal; see :class:`PlanRequest` for the options.
 
     ``plan(goal="min-cost", rps=70)`` or ``plan(PlanRequest(...))``. ``on_design(DesignPlan)``,
     if given, is called in the calling process as each design finishes (for progress bars).
+    ``done`` ({design name: DesignPlan}) holds designs already planned for the same request (a
+    stopped run's), taken as they are: a design's answer does not depend on the others planned.
     """
     t0 = time.perf_counter()
     if request is not None and not isinstance(request, PlanRequest):
@@ -1157,6 +1185,9 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
         raise SplitwisePlanError(f"plan() has no option {', '.join(unknown)}; see PlanRequest for the options")
     if on_design is not None and not callable(on_design):   # else a TypeError after the first design's work
         raise SplitwisePlanError(f"on_design must be a function of a DesignPlan, got {on_design!r}")
+    done = dict(done or {})
+    if not all(isinstance(p, DesignPlan) and p.design == n for n, p in done.items()):
+        raise SplitwisePlanError("done must map design names to their DesignPlan, as plan() made them")
     req = request if request is not None else PlanRequest(**kwargs)
     if request is not None and kwargs:
         req = replace(request, **kwargs)
@@ -1181,7 +1212,10 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, **kwargs) -> 
         raise SplitwisePlanError("no design given can hold the model: " + "; ".join(unfit.values()))
     for n, why in unfit.items():   # a design whose machines cannot hold the model: nothing to search
         collect(DesignPlan(design=n, short=get_design(n).short, status="infeasible", note=why))
-    order = sorted((n for n in req.designs if n not in unfit),
+    for n in req.designs:
+        if n in done and n not in unfit:
+            collect(done[n])
+    order = sorted((n for n in req.designs if n not in unfit and n not in done),
                    key=lambda n: _WORK_ORDER.index(n) if n in _WORK_ORDER else 99)
     jobs = req.jobs if req.jobs > 0 else cpu_cores()
     jobs = min(jobs, len(order))

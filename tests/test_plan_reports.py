@@ -367,3 +367,59 @@ def test_no_report_overwrites_the_tools_own_data():
         with pytest.raises(SplitwisePlanError, match=f"shipped data file {kind}/{name}"):
             write_reports(_result_with_infeasible_design(), csv_path=path)
         assert path.read_bytes() == before
+
+
+def test_a_stopped_plan_keeps_its_finished_designs_and_the_same_command_goes_on(capsys, monkeypatch, tmp_path):
+    """Ctrl-C after two of four designs: they are kept beside the report (OUTPUT.partial); the same command
+    plans only the two others and writes the report an uninterrupted run writes; then the file is gone."""
+    args = ["--goal", "min-cost", "--rps", "5", "--designs", "HH,HA,H100,A100", "--duration", "10",
+            "--search-method", "events", "--confirm-method", "events", "--jobs", "1", "--quiet"]
+    planned, real = [], planner._plan_one
+
+    def stop_at_third(inputs, req, design, method):
+        if len(planned) == 2:
+            raise KeyboardInterrupt
+        planned.append(design)
+        return real(inputs, req, design, method)
+
+    out = tmp_path / "p.json"
+    monkeypatch.setattr(planner, "_plan_one", stop_at_third)
+    code, _, err = run(capsys, *args, "--json", out)
+    partial = tmp_path / "p.json.partial"
+    assert code == 130 and not out.exists() and f"stopped: 2 of 4 designs are kept in {partial}" in err
+    first = list(planned)
+
+    def counted(inputs, req, design, method):
+        planned.append(design)
+        return real(inputs, req, design, method)
+
+    planned.clear()
+    monkeypatch.setattr(planner, "_plan_one", counted)
+    code, _, err = run(capsys, *args[:-1], "--json", out)
+    assert code == 0, err
+    assert f"resuming: 2 of 4 designs kept in {partial}" in err and not partial.exists()
+    assert sorted(planned + first) == sorted(["splitwise-hh", "splitwise-ha", "baseline-h100", "baseline-a100"])
+    monkeypatch.setattr(planner, "_plan_one", real)
+    assert run(capsys, *args, "--json", tmp_path / "fresh.json")[0] == 0
+
+    def stable(path):
+        doc = json.loads(path.read_text())
+        doc.pop("created_utc"), doc["plan"].pop("seconds")
+        for d in doc["results"]:
+            d.pop("seconds")
+        return doc
+    assert stable(out) == stable(tmp_path / "fresh.json")
+    # a plan with other inputs starts afresh, and moves the file it finds out of the way
+    partial.write_text('{"format": "splitwise-plan plan checkpoint", "version": 1, "fingerprint": "x"}\n')
+    code, _, err = run(capsys, *args[:-1], "--seed", "1", "--json", out)
+    assert code == 0 and "made by a plan with other inputs" in err and (tmp_path / "p.json.partial.old").exists()
+
+
+def test_a_stopped_plan_with_no_report_file_says_it_kept_nothing(capsys, monkeypatch):
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(planner, "_plan_one", stop)
+    code, _, err = run(capsys, "--goal", "min-cost", "--rps", "5", "--designs", "H100", "--duration", "10",
+                       "--search-method", "events", "--jobs", "1")
+    assert code == 130 and "stopped: nothing is kept, since the plan writes no file" in err
