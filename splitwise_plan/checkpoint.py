@@ -81,6 +81,18 @@ def plan_fingerprint(req, version: str) -> str:
     return h.hexdigest()
 
 
+def stopped_note(ckpt: "Checkpoint | None", total: int, run: str, pieces: str, also: str = "") -> str | None:
+    """What a stopped ``run`` ("sweep", "plan") says of its ``pieces`` done (of ``total``): where they are
+    kept, or that nothing is, since it writes no file (``also``: another way to keep them); None when
+    its file could not be written (it said so then)."""
+    if ckpt is None:
+        return (f"stopped: nothing is kept, since the {run} writes no file (a --csv, --json or --plot FILE keeps "
+                f"the {pieces} done beside it, and the same command goes on from them{also})")
+    if ckpt.failed:
+        return None
+    return f"stopped: {ckpt.kept:,} of {total:,} {pieces} are kept in {ckpt.path}; the same command goes on from there"
+
+
 def path_for(*outputs) -> Path | None:
     """Where a sweep keeps its checkpoint: beside its first output file (None: no file output; standard
     output, a device or a pipe is none: a checkpoint beside /dev/stdout would land in /dev)."""

@@ -258,6 +258,7 @@ def root(
 def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path],
                      quiet: bool) -> None:
     """Run the planner with a progress bar (per finished design), then write the reports and the table."""
+    from .checkpoint import stopped_note
     from .cli_simulate import STDOUT, _check_outputs, _note, _print_json, stdout_taken
     from .plan_reports import plan_report, render, write_reports
     from .planner import plan
@@ -275,13 +276,9 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
         try:
             result = plan(req, on_design=done, done=kept)
         except KeyboardInterrupt:
-            if ckpt is not None and not ckpt.failed:
-                sys.stderr.write(f"stopped: {ckpt.kept} of {n} designs are kept in {ckpt.path}; "
-                                 "the same command goes on from there\n")
-            elif ckpt is None:
-                sys.stderr.write("stopped: nothing is kept, since the plan writes no file (a --csv, --json or "
-                                 "--plot FILE keeps the designs done beside it, and the same command goes on "
-                                 "from them; --storage keeps every simulation)\n")
+            note = stopped_note(ckpt, n, "plan", "designs", "; --storage keeps every simulation")
+            if note:
+                sys.stderr.write(note + "\n")
             raise
     written = write_reports(result, json_path=None if json_out == STDOUT else json_out,
                             csv_path=csv_out, plot_path=plot)

@@ -494,7 +494,7 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
     results there as it finishes: a stopped sweep goes on where it stopped. Returns the results in
     grid order and the checkpoint (to remove once the outputs are written)."""
     from . import __version__
-    from .checkpoint import Checkpoint, fingerprint
+    from .checkpoint import Checkpoint, fingerprint, stopped_note
     from .simulator import cpu_cores
 
     ckpt, done = None, {}
@@ -516,12 +516,9 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
         fresh = run_grid(sim, design, todo, quiet=quiet, jobs=jobs or cpu_cores(),
                          on_results=ckpt.add if ckpt is not None else None) if todo else []
     except KeyboardInterrupt:
-        if ckpt is not None and not ckpt.failed:
-            sys.stderr.write(f"stopped: {ckpt.kept:,} of {len(grid):,} design points are kept in {where}; "
-                             "the same command goes on from there\n")
-        elif ckpt is None:
-            sys.stderr.write("stopped: nothing is kept, since the sweep writes no file (a --csv, --json or "
-                             "--plot FILE keeps the points done beside it, and the same command goes on from them)\n")
+        note = stopped_note(ckpt, len(grid), "sweep", "design points")
+        if note:
+            sys.stderr.write(note + "\n")
         raise
     done.update(zip(todo, fresh))
     return [done[pt] for pt in grid], ckpt
