@@ -280,6 +280,10 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
             if note:
                 sys.stderr.write(note + "\n")
             raise
+        except BaseException:   # bad input the plan found (its files read): no file of nothing is left behind
+            if ckpt is not None and not ckpt.kept:
+                ckpt.remove()
+            raise
     written = write_reports(result, json_path=None if json_out == STDOUT else json_out,
                             csv_path=csv_out, plot_path=plot)
     if ckpt is not None:

@@ -423,3 +423,11 @@ def test_a_stopped_plan_with_no_report_file_says_it_kept_nothing(capsys, monkeyp
     code, _, err = run(capsys, "--goal", "min-cost", "--rps", "5", "--designs", "H100", "--duration", "10",
                        "--search-method", "events", "--jobs", "1")
     assert code == 130 and "stopped: nothing is kept, since the plan writes no file" in err
+
+
+def test_a_plan_stopped_by_bad_input_leaves_no_checkpoint(capsys, tmp_path):
+    slo = tmp_path / "bad.toml"
+    slo.write_text("x = \n")
+    code, _, err = run(capsys, "--goal", "min-cost", "--rps", "5", "--slo", slo, "--json", tmp_path / "p.json")
+    assert code == 2 and "not valid TOML" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
