@@ -622,7 +622,8 @@ class _Confirmer:
         """(all seeds pass?, worst SimulationResult, simulations run)."""
         req = self.req
         if search_result is not None and req.confirm_method == self.search_method and self.search_over_seeds:
-            return passes(search_result, self.threshold), search_result, 0   # the search ran these simulations
+            # the search ran these simulations (on the first stream alone when there is one)
+            return passes(search_result, self.threshold), _on_stream(search_result, _first_stream(self.inputs, req)), 0
         results, runs = [], 0
         trace = self.inputs.trace is not None
         for s in _seeds(self.inputs, req):
@@ -737,7 +738,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                 note += f" (confirmation rejected {', '.join(f'{p}+{t}' for p, t in excluded)})"
             status = "unconfirmed" if excluded else "infeasible"
             return DesignPlan(status=status, evaluations=ev.evaluations * streams, confirmations=confirm.runs,
-                              seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate), **base)
+                              seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate, _first_stream(inputs, req)), **base)
         if req.strategy == "frontier" and cpu_cores() > 2:
             # with a core to spare: should this one fail, the search's next answer is already
             # being confirmed (on two cores both are busy, and the guess only slows the searches)
@@ -781,7 +782,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                     p, t = p2, t2
             return DesignPlan(status="ok", prompt=p, token=t, cost=worst.cost, power=worst.power, result=worst,
                               evaluations=ev.evaluations * streams, confirmations=confirm.runs,
-                              seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate), **base)
+                              seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate, _first_stream(inputs, req)), **base)
         excluded.append(sr.best)
         rejected.append(f"{sr.best[0]}+{sr.best[1]} ({_ratio(ev.cache.get(sr.best)):.2f} -> {_ratio(worst):.2f})")
         if len(excluded) >= req.max_confirm:
@@ -789,7 +790,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                               power=worst.power, result=worst, evaluations=ev.evaluations * streams,
                               confirmations=confirm.runs, seconds=time.perf_counter() - t0,
                               note=f"all {len(excluded)} candidates failed confirmation: {', '.join(rejected)}",
-                              evaluated=_evaluated(ev, rate), **base)
+                              evaluated=_evaluated(ev, rate, _first_stream(inputs, req)), **base)
 
 
 def _too_big(sim: Simulator, d: Design) -> str:
@@ -1044,12 +1045,12 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         return DesignPlan(status="ok", prompt=pt[0], token=pt[1], cost=worst.cost, power=worst.power,
                           rate=float(k * tol), result=worst, bound=r_hi, evaluations=evals,
                           confirmations=confirm.runs, candidates=len(pts), seconds=time.perf_counter() - t0,
-                          note=note, evaluated=_evaluated_budget(cache), **base)
+                          note=note, evaluated=_evaluated_budget(cache, _first_stream(inputs, req)), **base)
     return DesignPlan(status="unconfirmed" if rejected else "infeasible", bound=r_hi, evaluations=evals,
                       confirmations=confirm.runs, candidates=len(pts), seconds=time.perf_counter() - t0,
                       note=(f"no confirmed rate within the budget; rejected {', '.join(rejected)}" if rejected else
                             f"holds no rate >= {tol:g} req/s within the budget"),
-                      evaluated=_evaluated_budget(cache), **base)
+                      evaluated=_evaluated_budget(cache, _first_stream(inputs, req)), **base)
 
 
 # --- ranking and gains ------------------------------------------------------------------
@@ -1262,14 +1263,26 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, **
 
 # --- the streams and inputs a plan ran on (its results and reports name them) ----------------
 
-def _evaluated(ev: Evaluator, rate: float) -> tuple:
-    """The points an evaluator simulated, as ((rate, SimulationResult), ...) in (prompt, token) order."""
-    return tuple((float(rate), r) for _, r in sorted(ev.cache.items()))
+def _evaluated(ev: Evaluator, rate: float, seed: int | None) -> tuple:
+    """The points an evaluator simulated, as ((rate, SimulationResult), ...) in (prompt, token) order, each
+    result naming its stream (``seed``, None for a trace, where the search ran on one stream only)."""
+    return tuple((float(rate), _on_stream(r, seed)) for _, r in sorted(ev.cache.items()))
 
 
-def _evaluated_budget(cache: dict) -> tuple:
-    """The points of every rate the max-throughput search tried (``cache``: rate -> (evaluator, ...))."""
-    return tuple(row for rate in sorted(cache) for row in _evaluated(cache[rate][0], rate))
+def _on_stream(r, seed: int | None):
+    """``r`` naming the stream it ran on: ``seed`` unless it names one already (the worst of several)."""
+    return r if r.seed is not None or seed is None else replace(r, seed=seed)
+
+
+def _first_stream(inputs: Inputs, req: PlanRequest) -> int | None:
+    """The seed of a plan's first stream (None: a trace)."""
+    return None if inputs.trace is not None else req.seed
+
+
+def _evaluated_budget(cache: dict, seed: int | None) -> tuple:
+    """The points of every rate the max-throughput search tried (``cache``: rate -> (evaluator, ...)), on
+    the stream of ``seed``."""
+    return tuple(row for rate in sorted(cache) for row in _evaluated(cache[rate][0], rate, seed))
 
 
 def _stream_of(req: PlanRequest, trace_s: float | None = None) -> tuple:

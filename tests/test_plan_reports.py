@@ -12,6 +12,7 @@ import math
 import time
 from contextlib import contextmanager
 
+import pandas as pd
 import pytest
 
 import splitwise_plan.plan_reports as plan_reports
@@ -431,3 +432,16 @@ def test_a_plan_stopped_by_bad_input_leaves_no_checkpoint(capsys, tmp_path):
     code, _, err = run(capsys, "--goal", "min-cost", "--rps", "5", "--slo", slo, "--json", tmp_path / "p.json")
     assert code == 2 and "not valid TOML" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.toml"]
+
+
+@pytest.mark.parametrize("args", [
+    ["--goal", "min-cost", "--rps", "5", "--search-method", "events"],   # search and confirmation one method
+    ["--goal", "max-throughput", "--budget-power", "4xH100", "--seeds", "2"],   # the search on the first stream
+])
+def test_every_plan_row_names_its_stream(capsys, tmp_path, args):
+    csv = tmp_path / "p.csv"
+    code, _, err = run(capsys, *args, "--designs", "H100", "--duration", "10", "--seed", "3", "--jobs", "1",
+                       "--csv", csv, "--quiet")
+    assert code == 0, err
+    rows = pd.read_csv(csv)
+    assert len(rows) > 1 and rows.seed.tolist() == [3] * len(rows)
