@@ -81,16 +81,19 @@ def plan_fingerprint(req, version: str) -> str:
     return h.hexdigest()
 
 
-def stopped_note(ckpt: "Checkpoint | None", total: int, run: str, pieces: str, also: str = "") -> str | None:
-    """What a stopped ``run`` ("sweep", "plan") says of its ``pieces`` done (of ``total``): where they are
-    kept, or that nothing is, since it writes no file (``also``: another way to keep them); None when
+def stopped_note(ckpt: "Checkpoint | None", done: int, total: int, run: str, pieces: str,
+                 also: str = "") -> str | None:
+    """What a stopped ``run`` ("sweep", "plan") says of its ``pieces`` done (``done`` of ``total``): where
+    they are kept, or that nothing is (it writes no file: ``also``, another way to keep them); None when
     its file could not be written (it said so then)."""
     if ckpt is None:
         return (f"stopped: nothing is kept, since the {run} writes no file (a --csv, --json or --plot FILE keeps "
                 f"the {pieces} done beside it, and the same command goes on from them{also})")
     if ckpt.failed:
         return None
-    return f"stopped: {ckpt.kept:,} of {total:,} {pieces} are kept in {ckpt.path}; the same command goes on from there"
+    if not done and not ckpt.owned:
+        return f"stopped before any of its {pieces} finished: nothing is kept"
+    return f"stopped: {done:,} of {total:,} {pieces} are kept in {ckpt.path}; the same command goes on from there"
 
 
 def path_for(*outputs) -> Path | None:
@@ -105,7 +108,12 @@ def path_for(*outputs) -> Path | None:
 
 
 class Checkpoint:
-    """The finished work of one sweep (``kind`` "sweep": its design points) or plan ("plan": its designs), on disk."""
+    """The finished work of one sweep (``kind`` "sweep": its design points) or plan ("plan": its designs), on disk.
+
+    The file is this run's once it is started (:meth:`start`) or found to be this run's own (:meth:`load`);
+    only then is it written to or removed. Another file found there is moved to ``.old`` when this run
+    starts its own (or simply replaced, when it holds no work).
+    """
 
     def __init__(self, path: Path, digest: str, on_fail: Callable[[str], None] | None = None,
                  kind: str = "sweep") -> None:
@@ -113,6 +121,8 @@ class Checkpoint:
         self.format = FORMAT.format(kind=kind)
         self.failed: str | None = None   # why the file could not be written (the run goes on without it)
         self.kept = 0                    # results the file holds
+        self.owned = False               # the file is this run's: started by it, or found to be its own
+        self._other: tuple | None = None   # (why a file found there is not this run's, whether it holds work)
 
     def _fail(self, exc: OSError) -> None:
         """Stop writing the file, and say why once."""
@@ -122,7 +132,8 @@ class Checkpoint:
 
     def load(self) -> tuple[dict, str | None]:
         """The results kept by an earlier run of the same sweep (by (prompt, token) machines) or plan
-        (by design), and a note when a file was there but is not this run's (it is then started afresh)."""
+        (by design), and a note when the file cannot be read. A file that is not this run's is left as it
+        is until :meth:`start`."""
         decode = _DECODERS[self.kind]
         try:
             with self.path.open() as f:
@@ -132,15 +143,24 @@ class Checkpoint:
         except OSError as exc:
             return {}, f"ignoring {self.path}: {exc.strerror or exc}"
         except UnicodeDecodeError:
-            return {}, self._set_aside(f"it is not a {self.kind}'s checkpoint (not text)")
+            self._other = ("it is not a checkpoint of splitwise-plan (not text)", True)
+            return {}, None
+        if not lines:
+            self._other = ("it is empty", False)
+            return {}, None
         try:
-            head = json.loads(lines[0]) if lines else {}
+            head = json.loads(lines[0])
         except ValueError:
-            head = {}
-        if not isinstance(head, dict):
-            head = {}
-        if head.get("format") != self.format or head.get("version") != VERSION or head.get("fingerprint") != self.digest:
-            return {}, self._set_aside(f"it was made by a {self.kind} with other inputs")
+            head = None
+        if not isinstance(head, dict) or not str(head.get("format", "")).startswith("splitwise-plan "):
+            self._other = ("it is not a checkpoint of splitwise-plan", True)
+            return {}, None
+        if head.get("format") != self.format:
+            self._other = (f"it is a {str(head['format']).split()[1]}'s checkpoint", len(lines) > 1)
+            return {}, None
+        if head.get("version") != VERSION or head.get("fingerprint") != self.digest:
+            self._other = (f"it was made by a {self.kind} with other inputs", len(lines) > 1)
+            return {}, None
         done = {}
         for line in lines[1:]:
             try:
@@ -148,11 +168,12 @@ class Checkpoint:
             except (ValueError, KeyError, TypeError, AttributeError):
                 continue                       # cut short by a crash, or not a result
             done[key] = r
+        self.owned, self.kept = True, len(done)
         return done, None
 
     def _set_aside(self, why: str) -> str:
-        """Move a file that is not this sweep's checkpoint out of the way (to ``.old``), so that
-        starting afresh loses nothing another sweep kept there; the note that says so."""
+        """Move a file that is not this run's checkpoint out of the way (to ``.old``), so that
+        starting afresh loses nothing another run kept there; the note that says so."""
         old = self.path.with_name(self.path.name + ".old")
         try:
             os.replace(self.path, old)
@@ -160,18 +181,26 @@ class Checkpoint:
             return f"ignoring {self.path}: {why}; starting afresh over it"
         return f"ignoring {self.path}: {why}; moved it to {old} and starting afresh"
 
-    def start(self, kept: Iterable = ()) -> None:
-        """Begin the file afresh: the header, then the results ``kept`` from an earlier run."""
+    def start(self, kept: Iterable = ()) -> str | None:
+        """Begin the file afresh: the header, then the results ``kept`` from an earlier run; a note when
+        another run's file had to be moved out of the way first."""
+        note = None
+        if self._other is not None:
+            why, has_work = self._other
+            self._other = None
+            if has_work:
+                note = self._set_aside(why)
         lines = [json.dumps({"format": self.format, "version": VERSION, "fingerprint": self.digest})]
         lines += [json.dumps(_encode(r)) for r in kept]
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             tmp.write_text("\n".join(lines) + "\n")
             os.replace(tmp, self.path)
-            self.kept = len(lines) - 1
+            self.kept, self.owned = len(lines) - 1, True
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             self._fail(exc)
+        return note
 
     def add(self, results: Iterable) -> None:
         """Append finished results and push them to disk (nothing once writing has failed)."""
@@ -188,6 +217,9 @@ class Checkpoint:
             self._fail(exc)
 
     def remove(self) -> None:
+        """Remove the file, if it is this run's."""
+        if not self.owned:
+            return
         try:
             self.path.unlink(missing_ok=True)
         except OSError:

@@ -266,27 +266,33 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
 
     _check_outputs(json_out, csv_out, plot, inputs=req.input_files())   # a bad path fails now, not after the run
     n = len(req.designs)
-    ckpt, kept = _plan_checkpoint(req, csv_out, None if json_out == STDOUT else json_out, plot, quiet=quiet)
+    ckpt, loaded = _plan_checkpoint(req, csv_out, None if json_out == STDOUT else json_out, plot, quiet=quiet)
+    kept = {d: p for d, p in loaded.items() if d in req.designs}
+    others = [d for d in loaded if d not in req.designs]   # kept for a plan that names them: never dropped
+    finished = dict(kept)
     with progress(n, f"plan {req.goal}, {n} design{'s' if n > 1 else ''}", quiet=quiet) as bar:
         def done(dp) -> None:
             bar.advance(1)
             bar.update(description=f"plan {req.goal}: {dp.design} {dp.status} in {dp.seconds:.1f} s")
             if ckpt is not None and dp.design not in kept:
+                if not ckpt.owned:   # the first design done: the inputs are good, the file is this plan's now
+                    moved = ckpt.start(loaded.values())
+                    if moved:
+                        _note(moved, quiet)
                 ckpt.add([dp])
+            finished[dp.design] = dp
         try:
             result = plan(req, on_design=done, done=kept)
         except KeyboardInterrupt:
-            note = stopped_note(ckpt, n, "plan", "designs", "; --storage keeps every simulation")
+            note = stopped_note(ckpt, len(finished), n, "plan", "designs", "; --storage keeps every simulation")
             if note:
                 sys.stderr.write(note + "\n")
             raise
-        except BaseException:   # bad input the plan found (its files read): no file of nothing is left behind
-            if ckpt is not None and not ckpt.kept:
-                ckpt.remove()
-            raise
     written = write_reports(result, json_path=None if json_out == STDOUT else json_out,
                             csv_path=csv_out, plot_path=plot)
-    if ckpt is not None:
+    if ckpt is not None and others:
+        _note(f"kept {ckpt.path}: it holds {', '.join(others)}, which this plan does not name", quiet)
+    elif ckpt is not None:
         ckpt.remove()
     if json_out == STDOUT:
         _print_json(plan_report(result))
@@ -298,7 +304,7 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
 
 def _plan_checkpoint(req, *outputs, quiet: bool) -> tuple:
     """The checkpoint of a plan beside its first output file (None: no file) and the designs it kept from
-    an earlier run of the same plan, stopped: {design: DesignPlan}."""
+    an earlier run of the same plan, stopped: {design: DesignPlan} (also of designs this one does not name)."""
     from .checkpoint import Checkpoint, path_for, plan_fingerprint
     from .cli_simulate import _note
 
@@ -306,14 +312,13 @@ def _plan_checkpoint(req, *outputs, quiet: bool) -> tuple:
     if where is None:
         return None, {}
     ckpt = Checkpoint(where, plan_fingerprint(req, __version__), on_fail=lambda why: _note(why, quiet), kind="plan")
-    kept, why = ckpt.load()
+    loaded, why = ckpt.load()   # a file not this plan's is moved aside once a design is done (the inputs good)
     if why:
         _note(why, quiet)
-    kept = {d: p for d, p in kept.items() if d in req.designs}
-    ckpt.start(kept.values())
+    kept = [d for d in loaded if d in req.designs]
     if kept:
         _note(f"resuming: {len(kept)} of {len(req.designs)} designs kept in {where} ({', '.join(kept)})", quiet)
-    return ckpt, kept
+    return ckpt, loaded
 
 
 def _print_version(given: bool) -> None:

@@ -502,11 +502,11 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
         ckpt = Checkpoint(where, fingerprint(inp.report(), inp.stream, design.name, stop_early=stop_early,
                                              version=__version__), on_fail=lambda why: _note(why, quiet))
         done, why = ckpt.load()
-        if why:
-            _note(why, quiet)
         wanted = set(grid)
         done = {pt: r for pt, r in done.items() if pt in wanted}
-        ckpt.start(done.values())
+        for note in (why, ckpt.start(done.values())):
+            if note:
+                _note(note, quiet)
         if done:
             _note(f"resuming: {len(done):,} of {len(grid):,} design points kept in {where}", quiet)
     todo = [pt for pt in grid if pt not in done]
@@ -516,7 +516,7 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
         fresh = run_grid(sim, design, todo, quiet=quiet, jobs=jobs or cpu_cores(),
                          on_results=ckpt.add if ckpt is not None else None) if todo else []
     except KeyboardInterrupt:
-        note = stopped_note(ckpt, len(grid), "sweep", "design points")
+        note = stopped_note(ckpt, ckpt.kept if ckpt is not None else 0, len(grid), "sweep", "design points")
         if note:
             sys.stderr.write(note + "\n")
         raise

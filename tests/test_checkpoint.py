@@ -59,7 +59,8 @@ def test_a_stopped_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path, monk
 def test_a_checkpoint_of_other_inputs_is_set_aside(tmp_path, capsys):
     out = tmp_path / "s.json"
     partial = tmp_path / "s.json.partial"
-    other = json.dumps({"format": ck.FORMAT, "version": ck.VERSION, "fingerprint": "other"}) + "\n"
+    other = json.dumps({"format": ck.FORMAT.format(kind="sweep"), "version": ck.VERSION, "fingerprint": "other"})
+    other += "\n" + json.dumps({"type": "SimulationResult", "fields": {}}) + "\n"   # a line of its work
     partial.write_text(other)
     assert main(SWEEP + ["--json", str(out)]) == 0
     assert "made by a sweep with other inputs; moved it to" in capsys.readouterr().err
@@ -79,8 +80,30 @@ def test_the_checkpoint_keeps_results_exactly_and_skips_a_torn_line(tmp_path):
         f.write('{"type": "SimulationResult", "fiel')         # a crash while writing
     done, why = c.load()
     assert why is None and done == {(1, 1): results[0], (2, 1): results[1]}
-    done, why = ck.Checkpoint(c.path, digest + "0").load()
-    assert done == {} and "other inputs" in why
+    other = ck.Checkpoint(c.path, digest + "0")
+    assert other.load() == ({}, None) and c.path.exists()   # left as it is until the other run starts its own
+    assert "made by a sweep with other inputs; moved it to" in other.start()
+    assert ck.Checkpoint(c.path.with_name("x.partial.old"), digest).load()[0] == done
+
+
+def test_a_file_of_no_work_is_replaced_not_kept(tmp_path):
+    """An empty file, or another run's header alone, holds nothing to keep: starting over it moves nothing
+    to .old (where it would replace a file that holds work)."""
+    old = tmp_path / "x.partial.old"
+    old.write_text("work of an earlier run\n")
+    for content in ("", json.dumps({"format": ck.FORMAT.format(kind="plan"), "version": 1, "fingerprint": "x"})):
+        c = ck.Checkpoint(tmp_path / "x.partial", "digest")
+        c.path.write_text(content)
+        assert c.load() == ({}, None) and c.start() is None
+        assert old.read_text() == "work of an earlier run\n" and c.owned
+
+
+def test_only_a_file_of_its_own_is_removed(tmp_path):
+    c = ck.Checkpoint(tmp_path / "x.partial", "digest")
+    c.path.write_text("a file of someone else\n")
+    c.load()
+    c.remove()
+    assert c.path.read_text() == "a file of someone else\n"
 
 
 @pytest.mark.parametrize("content", [
@@ -91,8 +114,8 @@ def test_the_checkpoint_keeps_results_exactly_and_skips_a_torn_line(tmp_path):
 def test_a_file_that_is_no_checkpoint_is_set_aside(tmp_path, content):
     c = ck.Checkpoint(tmp_path / "x.partial", "digest")
     c.path.write_bytes(content)
-    done, why = c.load()
-    assert done == {} and why.startswith(f"ignoring {c.path}")
+    assert c.load() == ({}, None)
+    assert c.start().startswith(f"ignoring {c.path}: it is not a checkpoint of splitwise-plan")
 
 
 def test_lines_that_are_no_results_are_skipped(tmp_path):

@@ -411,7 +411,7 @@ def test_a_stopped_plan_keeps_its_finished_designs_and_the_same_command_goes_on(
         return doc
     assert stable(out) == stable(tmp_path / "fresh.json")
     # a plan with other inputs starts afresh, and moves the file it finds out of the way
-    partial.write_text('{"format": "splitwise-plan plan checkpoint", "version": 1, "fingerprint": "x"}\n')
+    partial.write_text('{"format": "splitwise-plan plan checkpoint", "version": 1, "fingerprint": "x"}\n{}\n')
     code, _, err = run(capsys, *args[:-1], "--seed", "1", "--json", out)
     assert code == 0 and "made by a plan with other inputs" in err and (tmp_path / "p.json.partial.old").exists()
 
@@ -445,3 +445,39 @@ def test_every_plan_row_names_its_stream(capsys, tmp_path, args):
     assert code == 0, err
     rows = pd.read_csv(csv)
     assert len(rows) > 1 and rows.seed.tolist() == [3] * len(rows)
+
+
+def test_a_stopped_plans_designs_survive_bad_input_other_inputs_and_fewer_designs(capsys, monkeypatch, tmp_path):
+    """What a stopped plan kept is neither moved aside by a rerun with a typo, nor by a run of other inputs
+    stopped before any design of its own finished, nor dropped by a run naming fewer designs."""
+    base = ["--goal", "min-cost", "--rps", "5", "--duration", "10", "--search-method", "events",
+            "--confirm-method", "events", "--jobs", "1", "--json", tmp_path / "p.json"]
+    both = base + ["--designs", "HH,H100"]
+    partial, old = tmp_path / "p.json.partial", tmp_path / "p.json.partial.old"
+    real = planner._plan_one
+    calls = []
+
+    def stop_after(k):
+        def plan_one(inputs, req, design, method):
+            if len(calls) == k:
+                raise KeyboardInterrupt
+            calls.append(design)
+            return real(inputs, req, design, method)
+        return plan_one
+
+    monkeypatch.setattr(planner, "_plan_one", stop_after(1))
+    assert run(capsys, *both)[0] == 130
+    kept = partial.read_text()
+    assert calls == ["splitwise-hh"] and kept.count("\n") == 2
+    code, _, err = run(capsys, *both, "--slo", tmp_path / "nothere.toml")   # a typo: nothing moves
+    assert code == 2 and partial.read_text() == kept and not old.exists()
+    calls.clear()
+    monkeypatch.setattr(planner, "_plan_one", stop_after(0))
+    code, _, err = run(capsys, *both, "--seed", "1")   # other inputs, stopped before a design of its own
+    assert code == 130 and "stopped before any of its designs finished: nothing is kept" in err
+    assert partial.read_text() == kept and not old.exists()
+    monkeypatch.setattr(planner, "_plan_one", real)
+    code, _, err = run(capsys, *base, "--designs", "H100")   # fewer designs: the kept one stays kept
+    assert code == 0 and f"kept {partial}: it holds splitwise-hh, which this plan does not name" in err
+    code, _, err = run(capsys, *both)
+    assert code == 0 and f"resuming: 2 of 2 designs kept in {partial}" in err and not partial.exists()
