@@ -22,7 +22,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from . import __version__
-from .errors import SplitwisePlanError
+from .errors import SplitwisePlanError, Stopped
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3   # a bug: never 1, which check and capacity keep for "the SLOs fail"
@@ -542,7 +542,7 @@ def _terminated(signum, frame) -> None:
         signal.signal(sig, again)
     _wait_out_echo(first)
     _end_descendants()
-    raise KeyboardInterrupt
+    raise Stopped(signal.Signals(signum).name)
 
 
 def _end_descendants() -> None:

@@ -14,6 +14,14 @@ class SplitwisePlanError(ValueError):
         super().__init__(" ".join(str(message).split()))
 
 
+class Stopped(KeyboardInterrupt):
+    """A run stopped by SIGTERM or SIGHUP: handled as Ctrl-C is (work kept, exit 130), named as it came."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
 def choices(names) -> str:
     """Format valid names for an error message, sorted: ``a, b, c``."""
     return ", ".join(sorted(str(n) for n in names)) or "(none)"

@@ -181,16 +181,16 @@ def csv_rows(result: PlanResult) -> list[dict]:
     for dp in result.designs:
         chosen = (dp.prompt, dp.token) if dp.status == "ok" else None
         head = {"design": dp.design, "status": dp.status}
-        for rate, r in dp.evaluated:
-            pt = (r.prompt_machines, r.token_machines)
-            rows.append({**head, "phase": "search", "rate_rps": rate,
-                         "chosen": pt == chosen and (dp.rate == rate or not math.isfinite(dp.rate)), **r.flat(),
-                         "seed": r.seed})   # the stream of the row's numbers (the worst of --seeds)
+        for rate, r in dp.evaluated:   # led by the stream of the row's numbers (the worst of --seeds), as
+            pt = (r.prompt_machines, r.token_machines)   # the rows of every command are
+            rows.append({"rate_rps": rate, "seed": r.seed, **head, "phase": "search",
+                         "chosen": pt == chosen and (dp.rate == rate or not math.isfinite(dp.rate)), **r.flat()})
         if dp.result is not None:
-            rows.append({**head, "phase": "confirm", "rate_rps": dp.rate, "chosen": dp.status == "ok",
-                         **dp.result.flat(), "seed": dp.result.seed, "note": dp.note})
+            rows.append({"rate_rps": dp.rate, "seed": dp.result.seed, **head, "phase": "confirm",
+                         "chosen": dp.status == "ok", **dp.result.flat(), "note": dp.note})
         if not dp.evaluated and dp.result is None:
-            rows.append({**head, "phase": "none", "rate_rps": _num(dp.rate), "chosen": False, "note": dp.note})
+            rows.append({"rate_rps": _num(dp.rate), "seed": None, **head, "phase": "none", "chosen": False,
+                         "note": dp.note})
     return rows
 
 

@@ -313,7 +313,9 @@ class DesignPlan:
         vals["evaluated"] = tuple((float(rate), result(r)) for rate, r in d["evaluated"])
         return cls(**vals)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, rate_bound: bool = False) -> dict:
+        """The answer as the JSON report has it; ``rate_bound``: ``bound`` is a rate (max-throughput: the
+        capacity model's upper bound, ``bound_rps``), else the ILP's lower bound on the cost or power."""
         r = self.result
         return {"design": self.design, "short": self.short, "status": self.status, "prompt_machines": self.prompt,
                 "token_machines": self.token, "machines": self.machines, "cost": _num(round(self.cost, 6)),
@@ -322,7 +324,8 @@ class DesignPlan:
                 "tightest": None if r is None or not r.tightest else {
                     k: (_num(v) if isinstance(v, float) else v) for k, v in r.tightest.items()},
                 "evaluations": self.evaluations, "confirmations": self.confirmations,
-                "grid_size": self.grid_size, "candidates": self.candidates, "bound": _num(self.bound),
+                "grid_size": self.grid_size, "candidates": self.candidates,
+                "bound": None if rate_bound else _num(self.bound), "bound_rps": _num(self.bound) if rate_bound else None,
                 "seconds": round(self.seconds, 3), "note": self.note,
                 "seed": None if r is None else r.seed,   # the stream of ``result`` (the worst of --seeds)
                 "result": self.result.to_dict() if self.result is not None else None}
@@ -378,7 +381,8 @@ class PlanResult:
     def to_dict(self) -> dict:
         r = self.request
         workload, duration, seed = _stream_of(r, self.trace_s)
-        return {"goal": r.goal, "rate_rps": None if r.rps is None else float(r.rps), "budget_power": r.budget_power,
+        rate = r.rps if r.rps is not None or r.goal == "max-throughput" else (self.inputs or {}).get("rate_rps")
+        return {"goal": r.goal, "rate_rps": None if rate is None else float(rate), "budget_power": r.budget_power,
                 "budget_cost": r.budget_cost, "model": r.model, "workload": input_label(workload),
                 "trace": input_label(r.trace),
                 "duration": float(duration),   # floats however given (20 from Python, 20.0 from the CLI)
@@ -388,7 +392,7 @@ class PlanResult:
                 "confirm_method": r.confirm_method, "winner": self.winner, "gains": list(self.gains),
                 "evaluations": self.evaluations, "confirmations": self.confirmations,
                 "grid_size": self.grid_size, "seconds": round(self.seconds, 3),
-                "designs": [d.to_dict() for d in self.designs]}
+                "designs": [d.to_dict(rate_bound=r.goal == "max-throughput") for d in self.designs]}
 
 
 # --- inputs ------------------------------------------------------------------------

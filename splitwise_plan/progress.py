@@ -148,8 +148,8 @@ def progress(total: float | None, description: str, *, quiet: bool = False,
                       heartbeat_s=heartbeat_s).start()
     try:
         yield bar
-    except KeyboardInterrupt:
-        bar.stop("stopped (Ctrl-C)")
+    except KeyboardInterrupt as exc:   # Ctrl-C, or a SIGTERM or SIGHUP (errors.Stopped) handled as one
+        bar.stop(f"stopped ({getattr(exc, 'signal_name', 'Ctrl-C')})")
         raise
     except BaseException:
         bar.stop("failed")

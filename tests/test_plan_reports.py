@@ -481,3 +481,24 @@ def test_a_stopped_plans_designs_survive_bad_input_other_inputs_and_fewer_design
     assert code == 0 and f"kept {partial}: it holds splitwise-hh, which this plan does not name" in err
     code, _, err = run(capsys, *both)
     assert code == 0 and f"resuming: 2 of 2 designs kept in {partial}" in err and not partial.exists()
+
+
+def test_plan_report_rates_and_bounds_say_their_unit(capsys, tmp_path):
+    """A key holding a request rate ends in _rps: max-throughput's bound (the capacity model's highest
+    rate) is bound_rps, a cost or power bound is bound; a replayed trace's plan reports the trace's rate;
+    the CSV rows lead with their stream (rate_rps, seed), as every command's rows do."""
+    j, c = tmp_path / "m.json", tmp_path / "m.csv"
+    assert run(capsys, "--goal", "max-throughput", "--budget-power", "4xH100", "--designs", "HH,H100",
+               "--duration", "10", "--jobs", "1", "--json", j, "--csv", c, "-q")[0] == 0
+    for d in json.loads(j.read_text())["results"]:
+        assert d["bound"] is None and d["bound_rps"] >= d["rate_rps"] > 0
+    assert list(pd.read_csv(c).columns[:4]) == ["rate_rps", "seed", "design", "status"]
+    trace = tmp_path / "t.csv"
+    from splitwise_plan.workloads import load_workload
+    stream = load_workload("coding").generate(5.0, duration_s=10.0, seed=2)
+    stream.to_csv(trace)
+    assert run(capsys, "--goal", "min-cost", "--trace", trace, "--designs", "H100", "--jobs", "1", "--json", j, "-q")[0] == 0
+    doc = json.loads(j.read_text())
+    from splitwise_plan.workloads import load_trace
+    assert doc["plan"]["rate_rps"] == pytest.approx(load_trace(trace).rate) == doc["inputs"]["rate_rps"]
+    assert doc["results"][0]["bound"] > 0 and doc["results"][0]["bound_rps"] is None
