@@ -1190,7 +1190,9 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, **
         raise SplitwisePlanError(f"plan() has no option {', '.join(unknown)}; see PlanRequest for the options")
     if on_design is not None and not callable(on_design):   # else a TypeError after the first design's work
         raise SplitwisePlanError(f"on_design must be a function of a DesignPlan, got {on_design!r}")
-    done = dict(done or {})
+    if done is not None and not isinstance(done, dict):
+        raise SplitwisePlanError(f"done must map design names to their DesignPlan, got {type(done).__name__}")
+    done = {get_design(str(n)).name: p for n, p in (done or {}).items()}   # short names too (HH)
     if not all(isinstance(p, DesignPlan) and p.design == n for n, p in done.items()):
         raise SplitwisePlanError("done must map design names to their DesignPlan, as plan() made them")
     req = request if request is not None else PlanRequest(**kwargs)

@@ -180,3 +180,14 @@ def test_a_plan_takes_its_inputs_loaded_as_from_files(tmp_path, capsys):
                         (dict(slos=["ttft"]), "slos must be a file path or a SLOSet")):
         with pytest.raises(sp.SplitwisePlanError, match=needle):
             sp.plan(**{"rps": 5, **bad}) if "trace" not in bad else sp.plan(**bad)
+
+
+def test_plan_takes_designs_done_by_their_names_short_or_long():
+    first = sp.plan(rps=5, duration=10, designs="HH,H100", jobs=1)
+    hh = first.get("HH")
+    again = sp.plan(rps=5, duration=10, designs="HH,H100", jobs=1, done={"HH": hh})
+    assert again.designs == first.designs and again.get("HH").seconds == hh.seconds   # taken as it was
+    for bad, needle in (([hh], "done must map design names to their DesignPlan, got list"),
+                        ({"HA": hh}, "as plan\\(\\) made them"), ({"XX": hh}, "design 'XX' is unknown")):
+        with pytest.raises(sp.SplitwisePlanError, match=needle):
+            sp.plan(rps=5, duration=10, designs="HH", jobs=1, done=bad)
