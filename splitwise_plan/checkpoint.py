@@ -29,7 +29,8 @@ def _point_of(d: dict):
     from .study import decode_result
 
     r = decode_result(d)
-    if not isinstance(r, SimulationResult):
+    if not isinstance(r, SimulationResult) or not all(
+            type(n) is int and n >= 0 for n in (r.prompt_machines, r.token_machines)):
         raise TypeError("not a simulation result")
     return (r.prompt_machines, r.token_machines), r
 
@@ -39,6 +40,8 @@ def _design_of(d: dict):
     from .planner import DesignPlan
 
     p = DesignPlan.from_record(d)
+    if not isinstance(p.design, str):
+        raise TypeError("not a design's answer")
     return p.design, p
 
 
@@ -99,97 +102,129 @@ def stopped_note(ckpt: "Checkpoint | None", done: int, total: int, run: str, pie
 def path_for(*outputs) -> Path | None:
     """Where a sweep keeps its checkpoint: beside its first output file (None: no file output; standard
     output, a device or a pipe is none: a checkpoint beside /dev/stdout would land in /dev)."""
+    from .errors import SplitwisePlanError
     from .reports import is_stdout, not_a_file
     for out in outputs:
         if out is not None and str(out) != "-" and not is_stdout(out) and not not_a_file(Path(out)):
             p = Path(out)
-            return p.with_name(p.name + ".partial")
+            where = p.with_name(p.name + ".partial")
+            for other in outputs:
+                if other is not None and str(other) != "-" and Path(other).absolute() == where.absolute():
+                    raise SplitwisePlanError(f"{other} is where the run keeps its progress, beside {out}; "
+                                             "give that report another name")
+            return where
     return None
 
 
 class Checkpoint:
     """The finished work of one sweep (``kind`` "sweep": its design points) or plan ("plan": its designs), on disk.
 
-    The file is this run's once it is started (:meth:`start`) or found to be this run's own (:meth:`load`);
-    only then is it written to or removed. Another file found there is moved to ``.old`` when this run
-    starts its own (or simply replaced, when it holds no work).
+    The file is this run's once it is started (:meth:`start`, or :meth:`keep` at the run's first finished
+    work) or found to be this run's own (:meth:`load`); only then is it written to or removed. Another
+    file found there is moved aside when this run starts its own (or simply replaced, when it holds no
+    work). ``say`` prints what happens to the file (a note for the user).
     """
 
-    def __init__(self, path: Path, digest: str, on_fail: Callable[[str], None] | None = None,
+    def __init__(self, path: Path, digest: str, say: Callable[[str], None] | None = None,
                  kind: str = "sweep") -> None:
-        self.path, self.digest, self.on_fail, self.kind = Path(path), digest, on_fail, kind
+        self.path, self.digest, self.say, self.kind = Path(path), digest, say, kind
         self.format = FORMAT.format(kind=kind)
         self.failed: str | None = None   # why the file could not be written (the run goes on without it)
         self.kept = 0                    # results the file holds
         self.owned = False               # the file is this run's: started by it, or found to be its own
+        self.loaded: dict = {}           # what load() found of this run's (to keep when the file is rewritten)
         self._other: tuple | None = None   # (why a file found there is not this run's, whether it holds work)
+
+    def _note(self, text: str | None) -> None:
+        if text and self.say is not None:
+            self.say(text)
 
     def _fail(self, exc: OSError) -> None:
         """Stop writing the file, and say why once."""
         self.failed = f"cannot keep the {self.kind}'s progress in {self.path}: {exc.strerror or exc}"
-        if self.on_fail is not None:
-            self.on_fail(self.failed)
+        self._note(self.failed)
 
-    def load(self) -> tuple[dict, str | None]:
+    def load(self) -> dict:
         """The results kept by an earlier run of the same sweep (by (prompt, token) machines) or plan
-        (by design), and a note when the file cannot be read. A file that is not this run's is left as it
-        is until :meth:`start`."""
+        (by design). A file that is not this run's is left as it is until the run starts its own."""
+        import stat
+
         decode = _DECODERS[self.kind]
+        try:
+            mode = os.stat(self.path).st_mode
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            self._note(f"ignoring {self.path}: {exc.strerror or exc}")
+            return {}
+        if stat.S_ISDIR(mode):
+            self._note(f"ignoring {self.path}: it is a folder")
+            return {}
+        if not stat.S_ISREG(mode):   # a pipe or a device: never read (it may never end)
+            self._other = ("it is not a regular file", False)
+            return {}
         try:
             with self.path.open() as f:
                 lines = f.read().splitlines()
-        except FileNotFoundError:
-            return {}, None
         except OSError as exc:
-            return {}, f"ignoring {self.path}: {exc.strerror or exc}"
+            self._note(f"ignoring {self.path}: {exc.strerror or exc}")
+            return {}
         except UnicodeDecodeError:
             self._other = ("it is not a checkpoint of splitwise-plan (not text)", True)
-            return {}, None
+            return {}
         if not lines:
             self._other = ("it is empty", False)
-            return {}, None
+            return {}
         try:
             head = json.loads(lines[0])
-        except ValueError:
+        except (ValueError, RecursionError):
             head = None
-        if not isinstance(head, dict) or not str(head.get("format", "")).startswith("splitwise-plan "):
+        fmt = head.get("format") if isinstance(head, dict) else None
+        words = fmt.split() if isinstance(fmt, str) else []
+        if len(words) != 3 or fmt != FORMAT.format(kind=words[1]) or words[1] not in _DECODERS:
             self._other = ("it is not a checkpoint of splitwise-plan", True)
-            return {}, None
-        if head.get("format") != self.format:
-            self._other = (f"it is a {str(head['format']).split()[1]}'s checkpoint", len(lines) > 1)
-            return {}, None
-        if head.get("version") != VERSION or head.get("fingerprint") != self.digest:
+            return {}
+        if fmt != self.format:
+            self._other = (f"it is a {words[1]}'s checkpoint", len(lines) > 1)
+            return {}
+        if head.get("version") != VERSION:
+            self._other = ("it was made by another version of splitwise-plan", len(lines) > 1)
+            return {}
+        if head.get("fingerprint") != self.digest:
             self._other = (f"it was made by a {self.kind} with other inputs", len(lines) > 1)
-            return {}, None
+            return {}
         done = {}
         for line in lines[1:]:
             try:
                 key, r = decode(json.loads(line))
-            except (ValueError, KeyError, TypeError, AttributeError):
+                done[key] = r
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
                 continue                       # cut short by a crash, or not a result
-            done[key] = r
-        self.owned, self.kept = True, len(done)
-        return done, None
+        self.owned, self.kept, self.loaded = True, len(done), done
+        return done
 
     def _set_aside(self, why: str) -> str:
-        """Move a file that is not this run's checkpoint out of the way (to ``.old``), so that
-        starting afresh loses nothing another run kept there; the note that says so."""
+        """Move a file that is not this run's checkpoint out of the way (to ``.old``, or ``.old.2`` and on
+        when that is taken), so that starting afresh loses nothing another run kept there; the note."""
         old = self.path.with_name(self.path.name + ".old")
+        k = 1
+        while os.path.lexists(old):
+            k += 1
+            old = self.path.with_name(f"{self.path.name}.old.{k}")
         try:
             os.replace(self.path, old)
         except OSError:
             return f"ignoring {self.path}: {why}; starting afresh over it"
         return f"ignoring {self.path}: {why}; moved it to {old} and starting afresh"
 
-    def start(self, kept: Iterable = ()) -> str | None:
-        """Begin the file afresh: the header, then the results ``kept`` from an earlier run; a note when
-        another run's file had to be moved out of the way first."""
-        note = None
+    def start(self, kept: Iterable = ()) -> None:
+        """Begin the file afresh: the header, then the results ``kept`` from an earlier run (saying so
+        when another run's file had to be moved out of the way first)."""
         if self._other is not None:
             why, has_work = self._other
             self._other = None
             if has_work:
-                note = self._set_aside(why)
+                self._note(self._set_aside(why))
         lines = [json.dumps({"format": self.format, "version": VERSION, "fingerprint": self.digest})]
         lines += [json.dumps(_encode(r)) for r in kept]
         tmp = self.path.with_name(self.path.name + ".tmp")
@@ -200,7 +235,23 @@ class Checkpoint:
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             self._fail(exc)
-        return note
+
+    def keep(self, results: Iterable) -> None:
+        """Add finished results, starting the file first (with what :meth:`load` found of this run's) if
+        they are the run's first: only work done makes the file the run's, so a run stopped before any,
+        or by bad input, leaves another run's file where it was."""
+        if not self.owned and not self.failed:
+            self.start(self.loaded.values())
+        self.add(results)
+
+    def finish(self, others: list, pieces: str) -> None:
+        """The run's outputs are written: remove the file, unless it holds ``others`` (``pieces`` that
+        this run did not name, kept for the run that does)."""
+        if others and self.owned:
+            shown = ", ".join(map(str, others)) if len(others) <= 4 else f"{len(others):,} {pieces}"
+            self._note(f"kept {self.path}: it holds {shown}, which this run does not name")
+        else:
+            self.remove()
 
     def add(self, results: Iterable) -> None:
         """Append finished results and push them to disk (nothing once writing has failed)."""

@@ -274,12 +274,8 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
         def done(dp) -> None:
             bar.advance(1)
             bar.update(description=f"plan {req.goal}: {dp.design} {dp.status} in {dp.seconds:.1f} s")
-            if ckpt is not None and dp.design not in kept:
-                if not ckpt.owned:   # the first design done: the inputs are good, the file is this plan's now
-                    moved = ckpt.start(loaded.values())
-                    if moved:
-                        _note(moved, quiet)
-                ckpt.add([dp])
+            if ckpt is not None and dp.design not in kept:   # the first makes the file this plan's
+                ckpt.keep([dp])
             finished[dp.design] = dp
         try:
             result = plan(req, on_design=done, done=kept)
@@ -290,10 +286,8 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
             raise
     written = write_reports(result, json_path=None if json_out == STDOUT else json_out,
                             csv_path=csv_out, plot_path=plot)
-    if ckpt is not None and others:
-        _note(f"kept {ckpt.path}: it holds {', '.join(others)}, which this plan does not name", quiet)
-    elif ckpt is not None:
-        ckpt.remove()
+    if ckpt is not None:
+        ckpt.finish(others, "designs")
     if json_out == STDOUT:
         _print_json(plan_report(result))
     else:
@@ -311,13 +305,12 @@ def _plan_checkpoint(req, *outputs, quiet: bool) -> tuple:
     where = path_for(*outputs)
     if where is None:
         return None, {}
-    ckpt = Checkpoint(where, plan_fingerprint(req, __version__), on_fail=lambda why: _note(why, quiet), kind="plan")
-    loaded, why = ckpt.load()   # a file not this plan's is moved aside once a design is done (the inputs good)
-    if why:
-        _note(why, quiet)
+    # its notes say what becomes of the user's files: printed even with --quiet
+    ckpt = Checkpoint(where, plan_fingerprint(req, __version__), say=lambda why: _note(why, False), kind="plan")
+    loaded = ckpt.load()   # a file not this plan's is moved aside once a design is done (the inputs good)
     kept = [d for d in loaded if d in req.designs]
     if kept:
-        _note(f"resuming: {len(kept)} of {len(req.designs)} designs kept in {where} ({', '.join(kept)})", quiet)
+        _note(f"resuming: {len(kept)} of {len(req.designs)} designs kept in {where} ({', '.join(kept)})", False)
     return ckpt, loaded
 
 

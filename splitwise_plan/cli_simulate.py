@@ -489,39 +489,39 @@ def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool 
 
 
 def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path], *, jobs: Optional[int],
-                    quiet: bool, stop_early: bool) -> tuple[list, Optional[object]]:
+                    quiet: bool, stop_early: bool) -> tuple[list, Optional[object], list]:
     """``run_grid`` over the points a checkpoint at ``where`` does not hold yet, keeping each part's
     results there as it finishes: a stopped sweep goes on where it stopped. Returns the results in
-    grid order and the checkpoint (to remove once the outputs are written)."""
+    grid order, the checkpoint (to finish once the outputs are written) and the points it holds that
+    this grid does not (kept for the sweep that names them)."""
     from . import __version__
     from .checkpoint import Checkpoint, fingerprint, stopped_note
     from .simulator import cpu_cores
 
-    ckpt, done = None, {}
-    if where is not None:
+    ckpt, done, others = None, {}, []
+    if where is not None:   # its notes say what becomes of the user's files: printed even with --quiet
         ckpt = Checkpoint(where, fingerprint(inp.report(), inp.stream, design.name, stop_early=stop_early,
-                                             version=__version__), on_fail=lambda why: _note(why, quiet))
-        done, why = ckpt.load()
+                                             version=__version__), say=lambda why: _note(why, False))
+        loaded = ckpt.load()
         wanted = set(grid)
-        done = {pt: r for pt, r in done.items() if pt in wanted}
-        for note in (why, ckpt.start(done.values())):
-            if note:
-                _note(note, quiet)
+        done = {pt: r for pt, r in loaded.items() if pt in wanted}
+        others = [pt for pt in loaded if pt not in wanted]
         if done:
-            _note(f"resuming: {len(done):,} of {len(grid):,} design points kept in {where}", quiet)
+            _note(f"resuming: {len(done):,} of {len(grid):,} design points kept in {where}", False)
     todo = [pt for pt in grid if pt not in done]
     if jobs is None:
         jobs = sim.default_jobs(len(todo))
     try:
         fresh = run_grid(sim, design, todo, quiet=quiet, jobs=jobs or cpu_cores(),
-                         on_results=ckpt.add if ckpt is not None else None) if todo else []
+                         on_results=ckpt.keep if ckpt is not None else None) if todo else []
     except KeyboardInterrupt:
-        note = stopped_note(ckpt, ckpt.kept if ckpt is not None else 0, len(grid), "sweep", "design points")
+        kept = ckpt.kept - len(others) if ckpt is not None and ckpt.owned else 0   # of this grid
+        note = stopped_note(ckpt, kept, len(grid), "sweep", "design points")
         if note:
             sys.stderr.write(note + "\n")
         raise
     done.update(zip(todo, fresh))
-    return [done[pt] for pt in grid], ckpt
+    return [done[pt] for pt in grid], ckpt, others
 
 
 @app.command("sweep", cls=ReportCommand)
@@ -588,8 +588,8 @@ def sweep_cmd(
     if jobs is not None and jobs < 0:
         raise SplitwisePlanError(f"--jobs must be 0 (one per core) or more, got {jobs}")
     sim = inp.simulator(stop_early=stop_early)
-    results, ckpt = _resumable_grid(sim, inp, d, grid, path_for(csv_out, json_out, plot), jobs=jobs, quiet=quiet,
-                                    stop_early=stop_early)
+    results, ckpt, others = _resumable_grid(sim, inp, d, grid, path_for(csv_out, json_out, plot), jobs=jobs,
+                                            quiet=quiet, stop_early=stop_early)
     best = optimum([design_point(r) for r in results])
     best_result = next((r for r in results if best and (r.prompt_machines, r.token_machines)
                         == (best["prompt"], best["token"])), None)
@@ -605,8 +605,8 @@ def sweep_cmd(
     doc = build_report("sweep", inp.report(), results, sweep=summary) if json_out is not None else None
     if json_out not in (None, STDOUT):
         write_json(json_out, doc)
-    if ckpt is not None:
-        ckpt.remove()                           # every output is written: nothing is left to resume
+    if ckpt is not None:   # every output is written: nothing of this grid is left to resume
+        ckpt.finish(others, "design points")
     if json_out == STDOUT:
         _print_json(doc)
         return

@@ -11,6 +11,7 @@ import pytest
 
 from splitwise_plan import checkpoint as ck
 from splitwise_plan.cli import main
+from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.simulator import Simulator
 from splitwise_plan.workloads import load_workload
 
@@ -78,12 +79,19 @@ def test_the_checkpoint_keeps_results_exactly_and_skips_a_torn_line(tmp_path):
     c.add(results)
     with c.path.open("a") as f:
         f.write('{"type": "SimulationResult", "fiel')         # a crash while writing
-    done, why = c.load()
-    assert why is None and done == {(1, 1): results[0], (2, 1): results[1]}
-    other = ck.Checkpoint(c.path, digest + "0")
-    assert other.load() == ({}, None) and c.path.exists()   # left as it is until the other run starts its own
-    assert "made by a sweep with other inputs; moved it to" in other.start()
-    assert ck.Checkpoint(c.path.with_name("x.partial.old"), digest).load()[0] == done
+    done = c.load()
+    assert done == {(1, 1): results[0], (2, 1): results[1]}
+    notes = []
+    other = ck.Checkpoint(c.path, digest + "0", say=notes.append)
+    assert other.load() == {} and c.path.exists()   # left as it is until the other run starts its own
+    other.start()
+    assert len(notes) == 1 and "made by a sweep with other inputs; moved it to" in notes[0]
+    assert ck.Checkpoint(c.path.with_name("x.partial.old"), digest).load() == done
+    other.add(results)
+    again = ck.Checkpoint(c.path, digest + "1", say=notes.append)   # .old is taken: the next free name
+    again.load()
+    again.start()
+    assert notes[1].endswith(f"moved it to {c.path}.old.2 and starting afresh")
 
 
 def test_a_file_of_no_work_is_replaced_not_kept(tmp_path):
@@ -92,10 +100,12 @@ def test_a_file_of_no_work_is_replaced_not_kept(tmp_path):
     old = tmp_path / "x.partial.old"
     old.write_text("work of an earlier run\n")
     for content in ("", json.dumps({"format": ck.FORMAT.format(kind="plan"), "version": 1, "fingerprint": "x"})):
-        c = ck.Checkpoint(tmp_path / "x.partial", "digest")
+        notes = []
+        c = ck.Checkpoint(tmp_path / "x.partial", "digest", say=notes.append)
         c.path.write_text(content)
-        assert c.load() == ({}, None) and c.start() is None
-        assert old.read_text() == "work of an earlier run\n" and c.owned
+        assert c.load() == {}
+        c.start()
+        assert notes == [] and old.read_text() == "work of an earlier run\n" and c.owned
 
 
 def test_only_a_file_of_its_own_is_removed(tmp_path):
@@ -110,12 +120,17 @@ def test_only_a_file_of_its_own_is_removed(tmp_path):
     b"\xff\xfe not text\n",                                     # binary
     b"[1, 2, 3]\n",                                              # JSON, not a header
     b'"a string"\n',
+    b'{"format": "splitwise-plan "}\n{}\n',                    # a format of no kind
+    b'{"format": "splitwise-plan x checkpoint"}\n{}\n',
+    b"[" * 100_000 + b"\n",                                     # nested past the parser's depth
 ])
 def test_a_file_that_is_no_checkpoint_is_set_aside(tmp_path, content):
-    c = ck.Checkpoint(tmp_path / "x.partial", "digest")
+    notes = []
+    c = ck.Checkpoint(tmp_path / "x.partial", "digest", say=notes.append)
     c.path.write_bytes(content)
-    assert c.load() == ({}, None)
-    assert c.start().startswith(f"ignoring {c.path}: it is not a checkpoint of splitwise-plan")
+    assert c.load() == {}
+    c.start()
+    assert notes[0].startswith(f"ignoring {c.path}: it is not a checkpoint of splitwise-plan")
 
 
 def test_lines_that_are_no_results_are_skipped(tmp_path):
@@ -126,9 +141,10 @@ def test_lines_that_are_no_results_are_skipped(tmp_path):
     with c.path.open("a") as f:
         f.write('{"type": "SimulationResult", "fields": []}\n{"type": "Foo", "fields": {}}\n[1]\n"s"\n')
         f.write('{"type": "Foo", "fields": {"prompt_machines": 1, "token_machines": 1}}\n')
+        f.write('{"type": "SimulationResult", "fields": {"prompt_machines": [5], "token_machines": 1}}\n')
+        f.write("[" * 100_000 + "\n")
     c.add(results)
-    done, why = c.load()
-    assert why is None and done == {(1, 1): results[0]}
+    assert c.load() == {(1, 1): results[0]}
 
 
 def test_the_fingerprint_changes_with_any_input():
@@ -155,3 +171,51 @@ def test_a_sweep_whose_progress_cannot_be_kept_still_ends(tmp_path, monkeypatch,
     assert main(SWEEP + ["--csv", str(out)]) == 0
     assert capsys.readouterr().err.count("cannot keep the sweep's progress in") == 1
     assert len(_rows(out)) == 6
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_pipe_where_the_checkpoint_goes_is_never_read(tmp_path):
+    """A named pipe (or a device) there would block the read forever (or never end): it is replaced."""
+    c = ck.Checkpoint(tmp_path / "x.partial", "digest")
+    os.mkfifo(c.path)
+    assert c.load() == {}
+    c.start()
+    assert c.path.is_file() and c.owned
+
+
+def test_a_report_named_as_the_checkpoint_is_refused(tmp_path):
+    out = tmp_path / "r.csv"
+    with pytest.raises(SplitwisePlanError, match="is where the run keeps its progress, beside"):
+        ck.path_for(out, tmp_path / "r.csv.partial")
+
+
+def test_a_smaller_sweep_or_one_stopped_by_a_typo_keeps_what_a_stopped_sweep_kept(tmp_path, monkeypatch, capsys):
+    out, partial = tmp_path / "out.csv", tmp_path / "out.csv.partial"
+    add, calls = ck.Checkpoint.add, []
+
+    def add_then_stop(self, results):      # Ctrl-C after the second point is kept
+        add(self, results)
+        calls.append(len(results))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ck.Checkpoint, "add", add_then_stop)
+    assert main(SWEEP + ["--csv", str(out)]) != 0
+    monkeypatch.setattr(ck.Checkpoint, "add", add)
+    kept = partial.read_text()
+    assert kept.count("\n") == 1 + 2
+    assert main(SWEEP + ["--csv", str(out), "--rps", "abc"]) == 2 and partial.read_text() == kept   # a typo
+    import splitwise_plan.cli_simulate as cs
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+    with monkeypatch.context() as m:   # other inputs, stopped before a point of their own: nothing moves
+        m.setattr(cs, "run_grid", stop)
+        assert main(SWEEP + ["--csv", str(out), "--seed", "1"]) != 0
+    assert "stopped before any of its design points finished" in capsys.readouterr().err
+    assert partial.read_text() == kept and not (tmp_path / "out.csv.partial.old").exists()
+    small = [a if a != "1:3" else "3" for a in SWEEP]   # a grid without the kept points (prompt 1)
+    assert main(small + ["--csv", str(out)]) == 0
+    assert "which this run does not name" in capsys.readouterr().err and partial.exists()
+    assert main(SWEEP + ["--csv", str(out)]) == 0
+    assert "resuming: 4 of 6 design points kept in" in capsys.readouterr().err and not partial.exists()

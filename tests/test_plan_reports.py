@@ -478,7 +478,7 @@ def test_a_stopped_plans_designs_survive_bad_input_other_inputs_and_fewer_design
     assert partial.read_text() == kept and not old.exists()
     monkeypatch.setattr(planner, "_plan_one", real)
     code, _, err = run(capsys, *base, "--designs", "H100")   # fewer designs: the kept one stays kept
-    assert code == 0 and f"kept {partial}: it holds splitwise-hh, which this plan does not name" in err
+    assert code == 0 and f"kept {partial}: it holds splitwise-hh, which this run does not name" in err
     code, _, err = run(capsys, *both)
     assert code == 0 and f"resuming: 2 of 2 designs kept in {partial}" in err and not partial.exists()
 
