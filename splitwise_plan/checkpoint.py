@@ -55,33 +55,38 @@ def _encode(x) -> dict:
 _DECODERS = {"sweep": _point_of, "plan": _design_of}
 
 
+def _by_content(options: dict, keys) -> dict:
+    """``options`` with each of ``keys`` that names a file replaced by the digest of its contents: the
+    same file given by another path (relative, absolute, from another folder) is the same input."""
+    out = dict(options)
+    for key in keys:
+        path = out.get(key)
+        if isinstance(path, (str, os.PathLike)) and str(path) and Path(path).is_file():
+            out[key] = "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return out
+
+
 def fingerprint(inputs: dict, stream, design: str, **extra) -> str:
-    """A digest of everything a sweep's results depend on: the inputs block of its report, the
-    request stream itself, the contents of any user files it names, the design and ``extra``."""
+    """A digest of everything a sweep's results depend on: the inputs block of its report (its user
+    files by their contents), the request stream itself, the design and ``extra``."""
+    inputs = _by_content(inputs, ("workload", "trace", "slo_file", "machines_file", "profiles_file"))
     h = hashlib.sha256()
     h.update(json.dumps({"inputs": inputs, "design": design, **extra}, sort_keys=True, default=str).encode())
     for a in (stream.arrival_s, stream.prompt_tokens, stream.output_tokens):
         h.update(np.ascontiguousarray(a).tobytes())
-    for key in ("trace", "slo_file", "machines_file", "profiles_file"):
-        path = inputs.get(key)
-        if path and Path(path).is_file():
-            h.update(Path(path).read_bytes())
     return h.hexdigest()
 
 
 def plan_fingerprint(req, version: str) -> str:
     """A digest of everything a plan's answers for its designs depend on: the request's options (but
-    which designs, its workers and its storage), the contents of the files it names and the tool's
+    which designs, its workers and its storage; its files by their contents) and the tool's
     ``version``. A design's answer does not depend on the other designs planned beside it."""
     from dataclasses import fields
 
     options = {f.name: getattr(req, f.name) for f in fields(req) if f.name not in ("designs", "jobs", "storage", "study")}
-    h = hashlib.sha256(json.dumps({"request": options, "version": version}, sort_keys=True, default=str).encode())
-    for key in ("workload", "trace", "slos", "machines_file", "profiles"):
-        path = options[key]
-        if isinstance(path, str) and Path(path).is_file():
-            h.update(Path(path).read_bytes())
-    return h.hexdigest()
+    options = _by_content(options, ("workload", "trace", "slos", "machines_file", "profiles"))
+    return hashlib.sha256(json.dumps({"request": options, "version": version}, sort_keys=True,
+                                     default=str).encode()).hexdigest()
 
 
 def stopped_note(ckpt: "Checkpoint | None", done: int, total: int, run: str, pieces: str,

@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from .cli import app, opt_bandwidth, opt_transfer
-from .cli_simulate import (ADV, STDOUT, Inputs, ReportCommand, _arrivals_bar, _check_outputs, _input_files,
+from .cli_simulate import (ADV, STDOUT, Inputs, ReportCommand, _arrivals_bar, _check_outputs, _input_files, _note,
                            _opt_csv, _opt_duration, _opt_json, _opt_machines_file, _opt_method, _opt_profiles,
                            _opt_quiet, _opt_seed, _opt_slo, _opt_trace, _opt_workload, _print_json, check_positive,
                            resolve_inputs, stdout_taken)
@@ -101,7 +101,9 @@ def check_cmd(
         cluster=cluster_file, trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
     factor = 1.0 + headroom
     inp = resolve_inputs(model=spec.model, tp=spec.tensor_parallel, workload=workload,
-                         rps=None if rps is None else check_positive(rps, "--rps") * factor, trace=trace,
+                         # the raised rate to the digits it is printed with: check --rps at it is the same stream
+                         rps=None if rps is None else float(f"{check_positive(rps, '--rps') * factor:.10g}"),
+                         trace=trace,
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method=method, transfer=transfer, bandwidth=bandwidth)
     _check_cluster(spec, inp, cluster_file)
@@ -149,6 +151,7 @@ def check_cmd(
                          f"{plural(len(stream), 'request')}; {inp.scheduler.describe()}; method {inp.method}")
             lines.extend(_verdict_lines(result, len(inp.slos)))
         typer.echo("\n".join(lines), err=stdout_taken(json_out, csv_out))
+    _wrote(quiet, json_out, csv_out)
     if not passed:
         raise typer.Exit(code=1)
 
@@ -315,13 +318,13 @@ def capacity_cmd(
     at = results_by_rate[cap][0] if cap is not None else None
     summary = {"cluster": spec.to_dict(), "capacity_rps": cap, "fails_at_rps": fail, "precision": precision,
                "method": inp.method, "workload": wl.name, "duration_s": duration, "seed": seed,
-               "trials": [{"rate_rps": rate, "requests": results_by_rate[rate][1], "slo_met": r.slo_met,
-                           "tightest": r.tightest} for rate, r in trials]}
+               "trials": [{"rate_rps": rate, "requests": results_by_rate[rate][1], "completed": r.completed,
+                           "slo_met": r.slo_met, "passed": passes(r), "tightest": r.tightest} for rate, r in trials]}
     if csv_out is not None:
         write_csv(csv_out, [inp.csv_row(r, rate) for rate, r in trials])
     if json_out is not None:
-        doc = build_report("capacity", inp.report(cluster_file=str(cluster_file)), [at] if at else [],
-                           capacity=summary)
+        doc = build_report("capacity", inp.report(cluster_file=str(cluster_file)),
+                           [{**at.to_dict(), "rate_rps": cap}] if at else [], capacity=summary)
         if json_out == STDOUT:
             _print_json(doc)
         else:
@@ -347,5 +350,13 @@ def capacity_cmd(
         else:
             # the rates tried, exactly: ``check --rps`` at them simulates the same streams
             typer.echo(f"capacity of {head}: {float(cap)!r} req/s (fails at {float(fail)!r}; {how})", err=err)
+    _wrote(quiet, json_out, csv_out)
     if cap is None:
         raise typer.Exit(code=1)
+
+
+def _wrote(quiet: bool, *outputs) -> None:
+    """``wrote FILE`` for each report file written (as simulate and sweep say it)."""
+    for out in outputs:
+        if out is not None and out != STDOUT:
+            _note(f"wrote {out}", quiet)

@@ -54,7 +54,7 @@ def test_check_json_report(capsys, write, tmp_path):
     doc = json.loads(j.read_text())
     assert doc["schema_version"] == 2 and doc["command"] == "check"
     assert doc["check"]["passed"] is True and doc["check"]["headroom"] == 0.2
-    assert doc["check"]["checked_rps"] == pytest.approx(6.0)
+    assert doc["check"]["checked_rps"] == 6.0   # 5 x 1.2 to the digits printed: check --rps 6 is the same stream
     assert doc["check"]["cluster"]["design"] == "splitwise-hh" and doc["inputs"]["cluster_file"]
     assert doc["results"][0]["slo"]["met"] is True
     # each result says the rate it was simulated at (the raised one, then the rate asked for)
@@ -140,6 +140,9 @@ def test_capacity_brackets_the_limit(capsys, write, tmp_path):
     assert float(f"{lo:.4g}") == lo and float(f"{hi:.4g}") == hi   # rates a user can type: 4 digits at 1%
     met = {t["rate_rps"]: t["slo_met"] for t in cap["trials"]}
     assert met[lo] is True and met[hi] is False
+    held = {t["rate_rps"]: t["passed"] for t in cap["trials"]}   # every SLO met and every request finished
+    assert held[lo] is True and held[hi] is False and all(t["completed"] <= t["requests"] for t in cap["trials"])
+    assert doc["results"][0]["rate_rps"] == lo
     # check agrees: same seed and duration give the same stream
     assert run(capsys, "check", f, "--rps", lo, *FAST)[0] == 0
     assert run(capsys, "check", f, "--rps", hi, *FAST)[0] == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import csv
 import json
@@ -219,3 +220,14 @@ def test_a_smaller_sweep_or_one_stopped_by_a_typo_keeps_what_a_stopped_sweep_kep
     assert "which this run does not name" in capsys.readouterr().err and partial.exists()
     assert main(SWEEP + ["--csv", str(out)]) == 0
     assert "resuming: 4 of 6 design points kept in" in capsys.readouterr().err and not partial.exists()
+
+
+def test_a_file_given_by_another_path_is_the_same_input(tmp_path, monkeypatch):
+    from splitwise_plan.planner import PlanRequest
+    slo = tmp_path / "my.toml"
+    slo.write_text((Path(__file__).resolve().parents[1] / "slos" / "paper.toml").read_text())
+    monkeypatch.chdir(tmp_path)
+    a = ck.plan_fingerprint(PlanRequest(rps=5, slos="my.toml"), "1")
+    assert a == ck.plan_fingerprint(PlanRequest(rps=5, slos=str(slo)), "1")
+    slo.write_text(slo.read_text().replace("p99 = 6.0", "p99 = 7.0", 1))
+    assert a != ck.plan_fingerprint(PlanRequest(rps=5, slos="my.toml"), "1")   # its contents count
