@@ -74,7 +74,8 @@ def violation_lines(result) -> list[str]:
 def check_cmd(
     cluster_file: Path = typer.Argument(..., metavar="CLUSTER_FILE", help="The deployed cluster, TOML (or YAML, with PyYAML installed)."),
     rps: Optional[float] = typer.Option(None, "--rps", help="Expected request rate, req/s."),
-    headroom: float = typer.Option(0.0, "--headroom", help="Require the SLOs at rate x (1 + headroom), e.g. 0.2."),
+    headroom: float = typer.Option(0.0, "--headroom", help=(
+        "Require the SLOs at rate x (1 + headroom), e.g. 0.2, and at the rate itself.")),
     workload: str = _opt_workload(),
     trace: Optional[Path] = _opt_trace(),
     duration: float = _opt_duration(),
@@ -82,14 +83,15 @@ def check_cmd(
     slo: Optional[Path] = _opt_slo(),
     machines_file: Optional[Path] = _opt_machines_file(),
     profiles: Optional[Path] = _opt_profiles(),
-    json_out: Optional[str] = _opt_json(),
-    csv_out: Optional[Path] = _opt_csv(),
+    json_out: Optional[str] = _opt_json("the verdict"),
+    csv_out: Optional[Path] = _opt_csv("rate checked (the raised one, then the rate itself)"),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method("events"),
     transfer: str = opt_transfer(ADV),
     bandwidth: float = opt_bandwidth(ADV),
 ) -> None:
-    """CI gate: exit 0 when all SLOs hold at the rate (with headroom), 1 when any fails, 2 on bad input."""
+    """CI gate: exit 0 when all SLOs hold and every request finishes at the rate (with headroom), 1 when not,
+    2 on bad input."""
     from .reports import build_report, write_csv, write_json
 
     if headroom is None or not math.isfinite(headroom) or headroom < 0:
@@ -268,8 +270,8 @@ def capacity_cmd(
     slo: Optional[Path] = _opt_slo(),
     machines_file: Optional[Path] = _opt_machines_file(),
     profiles: Optional[Path] = _opt_profiles(),
-    json_out: Optional[str] = _opt_json(),
-    csv_out: Optional[Path] = _opt_csv(),
+    json_out: Optional[str] = _opt_json("the answer"),
+    csv_out: Optional[Path] = _opt_csv("rate tried"),
     quiet: bool = _opt_quiet(),
     method: str = _opt_method("events"),
     transfer: str = opt_transfer(ADV),

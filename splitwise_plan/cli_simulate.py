@@ -126,17 +126,17 @@ def _opt_method(default: str = "fluid"):
                              f"events). Default here: {default}.")
 
 
-def _opt_json():
+def _opt_json(instead_of: str = "the table"):
     return typer.Option(None, "--json", metavar="[FILE]", rich_help_panel=OUT,
-                        help="Write the JSON report to FILE; bare --json prints JSON to stdout instead of the table.")
+                        help=f"Write the JSON report to FILE; bare --json prints JSON to stdout instead of {instead_of}.")
 
 
-def _opt_csv():
-    return typer.Option(None, "--csv", metavar="FILE", rich_help_panel=OUT, help="Write one CSV row per design point.")
+def _opt_csv(row: str = "design point"):
+    return typer.Option(None, "--csv", metavar="FILE", rich_help_panel=OUT, help=f"Write one CSV row per {row}.")
 
 
 def _opt_quiet():
-    return typer.Option(False, "--quiet", "-q", rich_help_panel=OUT, help="No progress bar.")
+    return typer.Option(False, "--quiet", "-q", rich_help_panel=OUT, help="No progress bar and no 'wrote FILE' notes.")
 
 
 # --- inputs ---------------------------------------------------------------------------
