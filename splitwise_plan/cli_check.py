@@ -22,10 +22,12 @@ from .errors import SplitwisePlanError
 from .progress import progress
 from .reports import plural
 from .search import passes
+from .workloads import nonempty
 
 MIN_STREAM_REQUESTS = 10  # capacity: never try a rate that gives fewer requests than this
 MAX_STREAM_REQUESTS = 2_000_000  # capacity: stop raising the rate past this many requests
 PROBE_REQUESTS = 2_000  # capacity: requests of the stream its rate bound is estimated on
+MIN_DURATION_S, MAX_DURATION_S = 1.0, 86_400.0   # capacity: the streams it tries last from a second to a day
 
 
 def _load_spec(cluster_file: Path, machines_file: Optional[Path]):
@@ -121,7 +123,7 @@ def check_cmd(
     loads = [(inp.rate, inp.stream)]
     if factor != 1.0:   # and the rate itself: each rate is its own stream, and headroom must never pass a cluster
         if base_stream is None:   # that fails at the rate asked for (near its limit nearby rates can flip)
-            base_stream = inp.source.generate(rps, duration_s=duration, seed=seed)
+            base_stream = nonempty(inp.source.generate(rps, duration_s=duration, seed=seed), rps, duration, seed)
         loads.append((base_rate, base_stream))
     results = []
     for rate, stream in loads:
@@ -287,6 +289,9 @@ def capacity_cmd(
         raise SplitwisePlanError(f"--precision must be between 0 and 1 (0.01 = 1%), got {precision:g}")
     if start_rps is not None:
         check_positive(start_rps, "--start-rps")
+    if not MIN_DURATION_S <= check_positive(duration, "--duration") <= MAX_DURATION_S:   # each trial is one stream
+        raise SplitwisePlanError(f"--duration must be between {MIN_DURATION_S:g} s and {MAX_DURATION_S:g} s "
+                                 f"(a day) for capacity, got {duration:g}")
     spec = _load_spec(cluster_file, machines_file)
     _check_outputs(json_out, csv_out, inputs=_input_files(
         cluster=cluster_file, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))

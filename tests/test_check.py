@@ -82,6 +82,11 @@ def test_a_failed_check_says_why_requests_read_not_finished(capsys, write):
     assert out.rstrip().endswith("(1 of 2 requests never got their KV-cache memory)")
 
 
+def test_a_headroom_check_whose_own_rate_gives_no_request_says_so(capsys, write):
+    code, _, err = run(capsys, "check", write("small.toml", SMALL), "--rps", 0.02, "--headroom", 3, *FAST)
+    assert code == 2 and "0.02 req/s over 20 s gives no request (seed 0); raise --rps or --duration" in err
+
+
 def test_check_trace_with_headroom(capsys, write, tmp_path):
     trace = tmp_path / "t.csv"
     load_workload("coding").generate(4, duration_s=20, seed=2).to_csv(trace)
@@ -180,7 +185,8 @@ def test_capacity_from_a_rate_far_past_the_cluster_finds_the_same_limit_quickly(
 
 def test_capacity_bad_input(capsys, write):
     f = write("small.toml", SMALL)
-    for args in (["--precision", 0], ["--precision", 1.5], ["--duration", -1], ["--trace", "x.csv"]):
+    for args in (["--precision", 0], ["--precision", 1.5], ["--duration", -1], ["--trace", "x.csv"],
+                 ["--duration", "1e-300"], ["--duration", "1e9"]):
         code, out, err = run(capsys, "capacity", f, *args)
         assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
 
