@@ -347,9 +347,10 @@ def capacity_cmd(
                     f"{'their' if n > 1 else 'its'} KV-cache memory")
         err = stdout_taken(json_out, csv_out)   # a report takes stdout: this line goes to stderr
         if cap is None:
-            short = (f"; {MIN_STREAM_REQUESTS} requests in {duration:g} s is the lowest rate tried: a longer "
-                     "--duration tries lower ones"
-                     if fail <= _round_rate(min_rate, _rate_digits(precision), math.ceil) else "")
+            memory = failed is not None and failed.completed < failed.requests   # lower rates do not help there
+            short = (f"; {float(fail)!r} req/s ({MIN_STREAM_REQUESTS} requests expected in {duration:g} s) is the "
+                     "lowest rate tried: a longer --duration tries lower ones"
+                     if fail <= _round_rate(min_rate, _rate_digits(precision), math.ceil) and not memory else "")
             typer.echo(f"capacity of {head}: none; the SLOs fail even at {float(fail)!r} req/s ({how}){short}",
                        err=err)
         elif fail is None:
