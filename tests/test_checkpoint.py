@@ -24,25 +24,30 @@ def _rows(path):
     return list(csv.DictReader(path.open()))
 
 
+def _stopped_after(k: int, monkeypatch, argv) -> int:
+    """Run the command with a Ctrl-C right after its ``k``-th part is kept; its exit status."""
+    add, calls = ck.Checkpoint.add, []
+
+    def add_then_stop(self, results):
+        add(self, results)
+        calls.append(len(results))
+        if len(calls) == k:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(ck.Checkpoint, "add", add_then_stop)
+        return main(argv)
+
+
 def test_a_stopped_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path, monkeypatch, capsys):
     whole = tmp_path / "whole.csv"
     assert main(SWEEP + ["--csv", str(whole), "--quiet"]) == 0
     out = tmp_path / "out.csv"
     partial = tmp_path / "out.csv.partial"
-    add, calls = ck.Checkpoint.add, []
-
-    def add_then_stop(self, results):      # Ctrl-C after the third point is kept
-        add(self, results)
-        calls.append(len(results))
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(ck.Checkpoint, "add", add_then_stop)
-    assert main(SWEEP + ["--csv", str(out)]) != 0
+    assert _stopped_after(3, monkeypatch, SWEEP + ["--csv", str(out)]) != 0   # Ctrl-C after the third point
     err = capsys.readouterr().err
     assert "stopped: 3 of 6 design points are kept in" in err and str(partial) in err
     assert not out.exists() and len(partial.read_text().splitlines()) == 1 + 3
-    monkeypatch.setattr(ck.Checkpoint, "add", add)
     simulated = []
     run_many = Simulator.run_many
 
@@ -192,17 +197,7 @@ def test_a_report_named_as_the_checkpoint_is_refused(tmp_path):
 
 def test_a_smaller_sweep_or_one_stopped_by_a_typo_keeps_what_a_stopped_sweep_kept(tmp_path, monkeypatch, capsys):
     out, partial = tmp_path / "out.csv", tmp_path / "out.csv.partial"
-    add, calls = ck.Checkpoint.add, []
-
-    def add_then_stop(self, results):      # Ctrl-C after the second point is kept
-        add(self, results)
-        calls.append(len(results))
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(ck.Checkpoint, "add", add_then_stop)
-    assert main(SWEEP + ["--csv", str(out)]) != 0
-    monkeypatch.setattr(ck.Checkpoint, "add", add)
+    assert _stopped_after(2, monkeypatch, SWEEP + ["--csv", str(out)]) != 0   # Ctrl-C after the second point
     kept = partial.read_text()
     assert kept.count("\n") == 1 + 2
     assert main(SWEEP + ["--csv", str(out), "--rps", "abc"]) == 2 and partial.read_text() == kept   # a typo
