@@ -19,6 +19,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .paths import file_sha256
+
 FORMAT = "splitwise-plan {kind} checkpoint"
 VERSION = 1
 
@@ -62,7 +64,7 @@ def _by_content(options: dict, keys) -> dict:
     for key in keys:
         path = out.get(key)
         if isinstance(path, (str, os.PathLike)) and str(path) and Path(path).is_file():
-            out[key] = "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            out[key] = "sha256:" + file_sha256(path)
     return out
 
 
@@ -89,11 +91,12 @@ def plan_fingerprint(req, version: str) -> str:
                                      default=str).encode()).hexdigest()
 
 
-def stopped_note(ckpt: "Checkpoint | None", done: int, total: int, run: str, pieces: str,
+def stopped_note(ckpt: "Checkpoint | None", total: int, run: str, pieces: str, others: int = 0,
                  also: str = "") -> str | None:
-    """What a stopped ``run`` ("sweep", "plan") says of its ``pieces`` done (``done`` of ``total``): where
-    they are kept, or that nothing is (it writes no file: ``also``, another way to keep them); None when
-    its file could not be written (it said so then)."""
+    """What a stopped ``run`` ("sweep", "plan") says of its ``pieces`` done (of ``total``; the file also
+    holds ``others``, of runs that name them): where they are kept, or that nothing is (it writes no
+    file: ``also``, another way to keep them); None when its file could not be written (it said so then)."""
+    done = ckpt.kept - others if ckpt is not None and ckpt.owned else 0
     if ckpt is None:
         return (f"stopped: nothing is kept, since the {run} writes no file (a --csv, --json or --plot FILE keeps "
                 f"the {pieces} done beside it, and the same command goes on from them{also})")

@@ -269,18 +269,16 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
     ckpt, loaded = _plan_checkpoint(req, csv_out, None if json_out == STDOUT else json_out, plot, quiet=quiet)
     kept = {d: p for d, p in loaded.items() if d in req.designs}
     others = [d for d in loaded if d not in req.designs]   # kept for a plan that names them: never dropped
-    finished = dict(kept)
     with progress(n, f"plan {req.goal}, {n} design{'s' if n > 1 else ''}", quiet=quiet) as bar:
         def done(dp) -> None:
             bar.advance(1)
             bar.update(description=f"plan {req.goal}: {dp.design} {dp.status} in {dp.seconds:.1f} s")
             if ckpt is not None and dp.design not in kept:   # the first makes the file this plan's
                 ckpt.keep([dp])
-            finished[dp.design] = dp
         try:
             result = plan(req, on_design=done, done=kept)
         except KeyboardInterrupt:
-            note = stopped_note(ckpt, len(finished), n, "plan", "designs", "; --storage keeps every simulation")
+            note = stopped_note(ckpt, n, "plan", "designs", len(others), "; --storage keeps every simulation")
             if note:
                 sys.stderr.write(note + "\n")
             raise
@@ -493,14 +491,18 @@ def _first_interrupt(signum, frame) -> None:
     process and then its group, so the same SIGINT can arrive twice at once: only one that comes
     later than a hand could press it (``_ECHO_S``) is a second Ctrl-C."""
     first = time.monotonic()
-
-    def again(signum, frame) -> None:
-        if time.monotonic() - first >= _ECHO_S:
-            _second_interrupt(signum, frame)
-
-    signal.signal(signal.SIGINT, again)
+    signal.signal(signal.SIGINT, _second_after(first, _ECHO_S))
     _wait_out_echo(first)
     raise KeyboardInterrupt
+
+
+def _second_after(first: float, window_s: float):
+    """A handler that ends the run at once (:func:`_second_interrupt`) for a signal that comes more than
+    ``window_s`` after the ``first`` one; one sooner is that one's echo, the same stop."""
+    def again(signum, frame) -> None:
+        if time.monotonic() - first >= window_s:
+            _second_interrupt(signum, frame)
+    return again
 
 
 _ECHO_S = 0.1   # a SIGINT this soon after the first is its echo through the process group, not a second Ctrl-C
@@ -525,14 +527,9 @@ def _terminated(signum, frame) -> None:
     ``timeout`` and some CI runners signal the process and then its whole group, so the same stop
     arrives twice at once: only one that comes later ends the run at once, as a second Ctrl-C does."""
     first = time.monotonic()
-
-    def again(signum, frame) -> None:
-        if time.monotonic() - first >= _REPEAT_S:
-            _second_interrupt(signum, frame)
-
     signal.signal(signal.SIGINT, _second_interrupt)
     for sig in _END_SIGNALS:
-        signal.signal(sig, again)
+        signal.signal(sig, _second_after(first, _REPEAT_S))
     _wait_out_echo(first)
     _end_descendants()
     raise Stopped(signal.Signals(signum).name)

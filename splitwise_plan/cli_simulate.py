@@ -515,8 +515,7 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
         fresh = run_grid(sim, design, todo, quiet=quiet, jobs=jobs or cpu_cores(),
                          on_results=ckpt.keep if ckpt is not None else None) if todo else []
     except KeyboardInterrupt:
-        kept = ckpt.kept - len(others) if ckpt is not None and ckpt.owned else 0   # of this grid
-        note = stopped_note(ckpt, kept, len(grid), "sweep", "design points")
+        note = stopped_note(ckpt, len(grid), "sweep", "design points", len(others))
         if note:
             sys.stderr.write(note + "\n")
         raise

@@ -6,6 +6,7 @@ a source checkout has them at the repository root. The installed copy wins.
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import tomllib
@@ -81,3 +82,13 @@ def read_toml(path: str | Path, what: str) -> dict:
         raise SplitwisePlanError(f"{what} file {p} is not UTF-8 text") from None
     except OSError as exc:
         raise SplitwisePlanError(f"{what} file {p} cannot be read: {exc.strerror or exc}") from None
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's contents, hex (read in 1 MiB chunks): how a stored study or a checkpoint
+    knows an input file, whatever path it is given by."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

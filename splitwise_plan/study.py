@@ -61,6 +61,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .errors import SplitwisePlanError
+from .paths import file_sha256
 
 ATTR = "splitwise_plan"          # study user attribute: the question
 TRIAL_ATTR = "sim"               # trial user attribute: the point and its result
@@ -755,14 +756,6 @@ def attach(study, evaluate, space, *, exclude: Sequence[Point] = (), phase: str 
 
 # --- the planner's studies --------------------------------------------------------------
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _abs_if_file(value):
     if value is None:
         return None
@@ -784,7 +777,7 @@ def request_attrs(req, method: str) -> tuple[dict, dict]:
     for k in ("workload", "trace", "slos", "machines_file", "profiles"):
         v = r[k]
         if v is not None and Path(v).is_file():
-            files[v] = _sha256(v)
+            files[v] = file_sha256(v)
     return r, files
 
 
@@ -939,7 +932,7 @@ def rebuild(attrs: dict):
     for path, digest in attrs.get("files", {}).items():
         if not Path(path).is_file():
             raise SplitwisePlanError(f"the study reads {path}, which this machine lacks (copy it to the same path)")
-        if _sha256(path) != digest:
+        if file_sha256(path) != digest:
             raise SplitwisePlanError(f"{path} differs from the file the study was made with (SHA-256)")
     r["limits"] = tuple(tuple(x) for x in r.get("limits", ()))
     r["designs"] = (attrs["design"],)
