@@ -295,3 +295,39 @@ def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path, signame, times
     time.sleep(1)
     alive = [p for p in workers if os.path.exists(f"/proc/{p}") and "Z" not in open(f"/proc/{p}/stat").read().split()[2]]
     assert not alive, alive
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_and_exit_130():
+    """A Ctrl-C in the first ~0.3 s, while numpy, pandas and the CLI load, stopped the import with
+    Python's traceback (numpy's asks to reinstall it). The SIGINT is sent as the CLI's module is
+    looked up, as a hand would send it then."""
+    probe = ("import os, signal, sys\n"
+             "import splitwise_plan.__main__ as entry\n"
+             "class CtrlC:\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             "        if name == 'splitwise_plan.cli':\n"
+             "            os.kill(os.getpid(), signal.SIGINT)\n"
+             "sys.meta_path.insert(0, CtrlC())\n"
+             "sys.argv = ['splitwise-plan', 'simulate', '-d', 'HH', '-p', '2', '-t', '1', '--rps', '5']\n"
+             "sys.exit(entry.main())\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130 and proc.stderr == "stopped (Ctrl-C) before it started\n", proc.stderr
+    assert proc.stdout == ""
+
+
+def test_the_package_loads_its_api_on_first_use():
+    """``import splitwise_plan`` loads no numpy (the command answers a Ctrl-C at once); every public
+    name still resolves, to the object its module defines."""
+    import importlib
+    probe = "import sys, splitwise_plan; print('numpy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120).stdout.strip() == "False"
+    import splitwise_plan
+    from splitwise_plan.plan_reports import render
+    for name in splitwise_plan.__all__:
+        assert getattr(splitwise_plan, name) is not None, name
+        assert name in dir(splitwise_plan)
+    assert splitwise_plan.render_plan is render
+    assert splitwise_plan.Simulator is importlib.import_module("splitwise_plan.simulator").Simulator
+    with pytest.raises(AttributeError):
+        splitwise_plan.no_such_name
