@@ -24,7 +24,7 @@ import numbers
 import os
 import sys
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -40,8 +40,8 @@ from .machines import Machine
 from .profiles import ProfileSet
 from .slos import SLOSet
 from .workloads import RequestStream, Workload
-from .search import STRATEGIES, Evaluator, Lockstep, Space, passes, search
-from .simulator import METHODS, Simulator, cpu_cores
+from .search import STRATEGIES, WAKE_S, Evaluator, Lockstep, Space, passes, search
+from .simulator import METHODS, Simulator, cpu_cores, starting_workers
 
 GOALS = ("min-cost", "min-power", "max-throughput")
 ALL_DESIGNS = tuple(d.name for d in DESIGNS.values())
@@ -1110,6 +1110,17 @@ def _plan_one(inputs: Inputs, req: PlanRequest, design: str, method: str) -> Des
     return _plan_iso(inputs, req, design, method)
 
 
+def _awaited(get, timed_out: type):
+    """``get(timeout=...)`` (a queue's or a future's) retried until it answers: a wait with no timeout in
+    the main thread missed a Ctrl-C that another thread received (one of the search threads, say) until
+    the wait ended, seconds later; one that wakes every ``WAKE_S`` lets Python run the handler."""
+    while True:
+        try:
+            return get(timeout=WAKE_S)
+        except timed_out:
+            pass
+
+
 def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=None, on_design=None) -> list:
     """Plan designs of one kind (Splitwise or baseline) together: one search thread per design,
     their simulations batched a round at a time (:class:`Lockstep`), so the fluid simulator's
@@ -1137,7 +1148,7 @@ def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=Non
     plans, error = [], None
     try:
         for _ in threads:
-            p = done.get()
+            p = _awaited(done.get, queue.Empty)
             if isinstance(p, BaseException):
                 error = error or p
                 continue
@@ -1238,9 +1249,10 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, **
 
             pool = _Pool(ProcessPoolExecutor(2))
             try:
-                other = pool.submit(_plan_group, inputs, sub, groups[1], method)
+                with starting_workers():
+                    other = pool.submit(_plan_group, inputs, sub, groups[1], method)
                 _plan_group(inputs, sub, groups[0], method, pool, collect)
-                for p in other.result():
+                for p in _awaited(other.result, FutureTimeout):
                     collect(p)
             except BaseException:   # Ctrl-C (a notebook's interrupt too): the side process stops now
                 pool.close(kill=True)
@@ -1255,8 +1267,10 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, **
         try:   # results as each design finishes (joblib >= 1.4), so on_design reports progress
             par = Parallel(n_jobs=jobs, prefer="processes", batch_size=1, return_as="generator_unordered")
         except (TypeError, ValueError):
-            par = Parallel(n_jobs=jobs, prefer="processes", batch_size=1)
-        for p in par(delayed(_plan_one)(inputs, sub, n, method) for n in order):
+            par = Parallel(n_jobs=jobs, prefer="processes", batch_size=1, return_as="generator")
+        with starting_workers():   # (a generator: the call starts them and returns)
+            designs = par(delayed(_plan_one)(inputs, sub, n, method) for n in order)
+        for p in designs:
             collect(p)
     else:
         for n in order:

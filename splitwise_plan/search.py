@@ -101,11 +101,13 @@ class Evaluator:
                 results = list(self._run(todo))
             elif self.jobs > 1 and len(todo) > 1:
                 from joblib import Parallel, delayed
+                from .simulator import starting_workers
                 n = min(self.jobs, len(todo))
                 chunks = [todo[i::n] for i in range(n)]
                 prefer = "threads" if (self.method or getattr(self.sim, "method", "")) == "fluid" else "processes"
-                outs = Parallel(n_jobs=n, prefer=prefer)(
-                    delayed(_run_chunk)(self.sim, self.design, c, self.method) for c in chunks)
+                with starting_workers():   # (a generator: the call starts them and returns)
+                    outs = Parallel(n_jobs=n, prefer=prefer, return_as="generator")(
+                        delayed(_run_chunk)(self.sim, self.design, c, self.method) for c in chunks)
                 by_pt = {pt: r for c, o in zip(chunks, outs) for pt, r in zip(c, o)}
                 results = [by_pt[pt] for pt in todo]
             else:
@@ -118,6 +120,9 @@ class Evaluator:
             if self.record is not None:
                 self.record(todo, results)
         return [self.cache[tuple(map(int, p))] for p in points]
+
+
+WAKE_S = 0.1   # how often a wait for another thread wakes to look whether the run was stopped (Ctrl-C)
 
 
 class Lockstep:
@@ -166,10 +171,17 @@ class Lockstep:
             self.enter()
 
     def stop(self) -> None:
-        """The caller was stopped (Ctrl-C): every search raises at its next simulation round."""
-        with self._cond:
-            self._error = self._error or KeyboardInterrupt()
-            self._cond.notify_all()
+        """The caller was stopped (Ctrl-C): every search raises at its next simulation round.
+
+        It does not wait for the lock: a round in progress holds it for seconds (and wakes the
+        searches as it ends); the searches also look again every ``WAKE_S`` while they wait.
+        """
+        self._error = self._error or KeyboardInterrupt()
+        if self._cond.acquire(blocking=False):
+            try:
+                self._cond.notify_all()
+            finally:
+                self._cond.release()
 
     def client(self, design: str) -> Callable[[list], list]:
         """An ``Evaluator`` run function for ``design``'s search."""
@@ -184,7 +196,7 @@ class Lockstep:
                 while ticket not in self._answers:
                     if self._error is not None:
                         raise self._error
-                    self._cond.wait()
+                    self._cond.wait(WAKE_S)
                 return self._answers.pop(ticket)
         return run
 

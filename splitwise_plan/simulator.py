@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import math
 import os
+import signal
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -36,6 +38,33 @@ _FLUID_S_PER_REQUEST = 0.8e-6     # CPU seconds a fluid pass spends per request 
 def cpu_cores() -> int:
     """The cores this process may run on: "one worker per core"."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+@contextmanager
+def starting_workers():
+    """Start worker processes inside this block: they are born with SIGINT blocked and keep it so.
+
+    A Ctrl-C at a terminal reaches the whole process group, and one that hit a worker while its
+    Python started printed "Fatal Python error" (a traceback, when later); the run stops its workers
+    itself (joblib ends them on a Ctrl-C, the CLI on SIGTERM). A Ctrl-C meanwhile waits for the block's end.
+    """
+    if not hasattr(signal, "pthread_sigmask"):   # not POSIX: as before
+        yield
+        return
+    # the resource trackers that loky starts beside its first worker unblock SIGINT once they are
+    # started (SIG_UNBLOCK, not the mask as it was): started first, they leave the block in place
+    try:
+        from multiprocessing import resource_tracker
+        from joblib.externals.loky.backend import resource_tracker as loky_tracker
+        for tracker in (resource_tracker, loky_tracker):
+            tracker.ensure_running()
+    except (ImportError, AttributeError, OSError):   # other versions: workers may still see a Ctrl-C
+        pass
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @dataclass(frozen=True)
@@ -287,8 +316,9 @@ class Simulator:
                 parts += [block[k::jobs] for k in range(jobs) if block[k::jobs]]
             worker = copy.copy(self)
             worker.profiles = None     # the design's latency models are built: workers need no profile table
-            outs = Parallel(n_jobs=min(jobs, len(parts)), return_as="generator")(
-                delayed(worker.run_many)(design, [points[i] for i in idx], method) for idx in parts)
+            with starting_workers():   # (a generator: the call starts them and returns)
+                outs = Parallel(n_jobs=min(jobs, len(parts)), return_as="generator")(
+                    delayed(worker.run_many)(design, [points[i] for i in idx], method) for idx in parts)
             merged: list = [None] * len(points)
             for idx, out in zip(parts, outs):
                 for i, r in zip(idx, out):

@@ -179,3 +179,40 @@ def test_lockstep_searches_share_rounds_and_find_each_optimum():
     assert found == {n: alone[n][0] for n in names}
     assert len(calls) == lock.rounds == max(c for _, c in alone.values())
     assert len(calls[0]) == len(names)       # the first round carries every design
+
+
+def test_a_stop_does_not_wait_for_the_round_in_progress():
+    """Ctrl-C during a plan: the main thread stops the searches while one of them runs a round,
+    holding the lock for seconds. The stop returned only after that round (2-4 s on the defaults);
+    now it returns at once, and the search raises at its next round."""
+    import threading
+    started, release = threading.Event(), threading.Event()
+
+    def run_points(items):
+        started.set()
+        release.wait(30)
+        return [None] * len(items)
+
+    lock = Lockstep(run_points)
+    lock.enter()
+    ask = lock.client("HH")
+    outcome = []
+
+    def search():
+        outcome.append(ask([(1, 1)]))
+        try:
+            ask([(2, 1)])
+        except KeyboardInterrupt:
+            outcome.append("stopped")
+
+    th = threading.Thread(target=search, daemon=True)
+    th.start()
+    assert started.wait(30)
+    stopper = threading.Thread(target=lock.stop, daemon=True)
+    stopper.start()
+    stopper.join(5)
+    stopped_at_once = not stopper.is_alive()
+    release.set()
+    th.join(30)
+    assert stopped_at_once, "stop() waited for the round in progress"
+    assert outcome == [[None], "stopped"]
