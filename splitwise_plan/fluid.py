@@ -225,6 +225,8 @@ class _Run:
         longest = self.overload_s + float(self.xfer.max()) + 1.25 * float(self.n.max()) * float(tau)
         # and a prompt batch up to the overload wait ahead must still find its postpone window
         buckets = max(longest, self.overload_s + (_POSTPONE + _BLOCK) * _RING_S) / _RING_S
+        if not buckets < _RING:   # (an SLO limit near the largest float makes the overload wait inf)
+            return _RING
         return int(min(_RING, _BLOCK * math.ceil(buckets / _BLOCK)))
 
     def _hopeless(self, lo: int, hi: int, pq, cols, tau_req, pmach, dmach) -> np.ndarray:

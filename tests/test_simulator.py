@@ -641,3 +641,15 @@ def test_workers_are_born_deaf_to_ctrl_c():
     bit = 1 << (signal.SIGINT - 1)
     assert all(m & bit for m in masks), [hex(m) for m in masks]
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def test_an_slo_limit_near_the_largest_float_is_a_limit_like_any_other():
+    """An SLO of 1e308x makes the overload wait (limit x reference latency) overflow to inf: the fluid
+    model's release ring was sized from it and raised OverflowError (the planner and sweep exited 3).
+    Such a limit holds for every design, as in the oracle."""
+    from splitwise_plan.slos import SLO, SLOSet
+    stream = load_workload("coding").generate(10.0, duration_s=10.0, seed=0)
+    slos = SLOSet((SLO("ttft", 50, 1e308),))
+    fluid = Simulator(stream, slos=slos, method="fluid").run_many("HH", [(1, 1), (2, 2)])
+    events = Simulator(stream, slos=slos, method="events").run_many("HH", [(1, 1), (2, 2)])
+    assert [r.slo_met for r in fluid] == [r.slo_met for r in events] == [True, True]
