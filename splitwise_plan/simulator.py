@@ -21,7 +21,7 @@ import numpy as np
 
 from .cluster import Cluster, Pool, SchedulerConfig, instance_layout, pool_size
 from .designs import Design, get_design
-from .errors import SplitwisePlanError, choices, whole_number
+from .errors import SplitwisePlanError, by_name, choices, whole_number
 from .machines import BUILTIN_MACHINES, Machine
 from .metrics import PERCENTILES, request_latencies, percentiles
 from .models import BUILTIN_MODELS, ModelSpec, get_model
@@ -40,28 +40,34 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+# what a terminal sends the whole process group: Ctrl-C, and SIGHUP when it closes
+_GROUP_SIGNALS = {signal.SIGINT} | ({signal.SIGHUP} if hasattr(signal, "SIGHUP") else set())
+
+
 @contextmanager
 def starting_workers():
-    """Start worker processes inside this block: they are born with SIGINT blocked and keep it so.
+    """Start worker processes inside this block: they are born with SIGINT and SIGHUP blocked and keep them so.
 
-    A Ctrl-C at a terminal reaches the whole process group, and one that hit a worker while its
-    Python started printed "Fatal Python error" (a traceback, when later); the run stops its workers
-    itself (joblib ends them on a Ctrl-C, the CLI on SIGTERM). A Ctrl-C meanwhile waits for the block's end.
+    A terminal signals the whole process group: a Ctrl-C that hit a worker while its Python started
+    printed "Fatal Python error" (a traceback, when later), and a SIGHUP killed loky's resource
+    trackers (9 tracebacks as they were relaunched). The run stops its workers itself (joblib ends
+    them on a Ctrl-C, the CLI on SIGTERM or SIGHUP). A signal meanwhile waits for the block's end.
     """
     if not hasattr(signal, "pthread_sigmask"):   # not POSIX: as before
         yield
         return
-    # the resource trackers that loky starts beside its first worker unblock SIGINT once they are
-    # started (SIG_UNBLOCK, not the mask as it was): started first, they leave the block in place
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
     try:
-        from multiprocessing import resource_tracker
-        from joblib.externals.loky.backend import resource_tracker as loky_tracker
-        for tracker in (resource_tracker, loky_tracker):
-            tracker.ensure_running()
-    except (ImportError, AttributeError, OSError):   # other versions: workers may still see a Ctrl-C
-        pass
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
+        # loky starts its resource trackers beside the first worker, and then unblocks SIGINT
+        # (SIG_UNBLOCK, not the mask as it was): started first, under the block, and blocked again
+        try:
+            from multiprocessing import resource_tracker
+            from joblib.externals.loky.backend import resource_tracker as loky_tracker
+            for tracker in (resource_tracker, loky_tracker):
+                tracker.ensure_running()
+        except (ImportError, AttributeError, OSError):   # other versions: workers may still see a Ctrl-C
+            pass
+        signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
@@ -219,9 +225,11 @@ class Simulator:
 
     # -- inputs -------------------------------------------------------------------
     def machine(self, name: str) -> Machine:
-        if name not in self.machines:
-            raise SplitwisePlanError(f"machine {name!r} is unknown; valid: {choices(self.machines)}")
-        return self.machines[name]
+        """The catalog's machine ``name``, in any case (designs name theirs in lower case)."""
+        try:
+            return by_name(self.machines, name)
+        except (KeyError, TypeError):
+            raise SplitwisePlanError(f"machine {name!r} is unknown; valid: {choices(self.machines)}") from None
 
     def pool_machine(self, design: Design, name: str) -> Machine:
         """Machine ``name`` of a pool of ``design``; a user error if the model's weights do not fit in
