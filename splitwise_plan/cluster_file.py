@@ -79,8 +79,25 @@ def _read_yaml(p: Path) -> dict:
     except ImportError:
         raise SplitwisePlanError(f"cluster file {p}: YAML needs PyYAML (pip install pyyaml); "
                                  "or write the file as TOML") from None
+    class Loader(yaml.SafeLoader):
+        """PyYAML keeps the last of a repeated key; TOML refuses it, and so does a cluster file in YAML."""
+
+    def mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                if key in seen:
+                    raise SplitwisePlanError(f"cluster file {p}, line {key_node.start_mark.line + 1}: "
+                                             f"key {key!r} is given twice")
+                seen.add(key)
+            except TypeError:   # an unhashable key: PyYAML's own error says so
+                pass
+        return loader.construct_mapping(node, deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     try:
-        doc = yaml.safe_load(p.read_text(encoding="utf-8"))
+        doc = yaml.load(p.read_text(encoding="utf-8-sig"), Loader=Loader)
     except yaml.YAMLError as exc:
         raise SplitwisePlanError(f"cluster file {p} is not valid YAML: {exc}") from None
     except UnicodeDecodeError:

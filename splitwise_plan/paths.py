@@ -71,11 +71,13 @@ def user_file(path, what: str) -> Path:
 
 
 def read_toml(path: str | Path, what: str) -> dict:
-    """Parse a TOML file, turning a missing file or a syntax error into a one-line user error."""
+    """Parse a TOML file, turning a missing file or a syntax error into a one-line user error.
+
+    A UTF-8 byte-order mark (Windows Notepad writes one) is read past, as the CSV readers do.
+    """
     p = user_file(path, what)
     try:
-        with p.open("rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(p.read_bytes().decode("utf-8-sig"))
     except tomllib.TOMLDecodeError as exc:
         raise SplitwisePlanError(f"{what} file {p} is not valid TOML: {exc}") from None
     except UnicodeDecodeError:

@@ -244,6 +244,28 @@ def test_cluster_toml_and_yaml(write):
     assert y.design.name == "splitwise-ha" and y.machines == 7
 
 
+def test_a_key_given_twice_in_a_yaml_cluster_file_is_refused(write):
+    """PyYAML keeps the last of a repeated key, so ``check`` gated 27+1 machines of a file that also
+    says 3 token machines; TOML refuses the same file."""
+    pytest.importorskip("yaml")
+    with pytest.raises(SplitwisePlanError, match=r"c.yaml, line 4: key 'token_machines' is given twice"):
+        load_cluster(write("c.yaml", "design: HH\nprompt_machines: 27\ntoken_machines: 3\ntoken_machines: 1\n"))
+
+
+def test_a_cluster_file_saved_with_a_byte_order_mark_reads_as_without(tmp_path):
+    """Windows Notepad starts UTF-8 files with a BOM: TOML read it as 'Invalid statement (at line 1,
+    column 1)'; the CSV readers already read past it."""
+    text = 'design = "HH"\nprompt_machines = 27\ntoken_machines = 3\n'
+    for name in ("c.toml", "c.yaml"):
+        if name.endswith("yaml"):
+            pytest.importorskip("yaml")
+            text = "design: HH\nprompt_machines: 27\ntoken_machines: 3\n"
+        p = tmp_path / name
+        p.write_bytes(b"\xef\xbb\xbf" + text.encode())
+        spec = load_cluster(p)
+        assert (spec.design.name, spec.prompt_machines, spec.token_machines) == ("splitwise-hh", 27, 3)
+
+
 @pytest.mark.parametrize("doc, match", [
     ({}, "missing key design"),
     ({"design": "XX", "prompt_machines": 1, "token_machines": 1}, "design 'XX' is unknown"),
