@@ -40,11 +40,12 @@ def _check_cluster(spec, inp: Inputs, cluster_file: Path) -> None:
     """A user error naming the cluster file when its machines cannot run its model at its TP
     (too few GPUs or too little HBM, or no profile at that TP)."""
     from .cluster import instance_layout
+    from .machines import get_machine
     from .models import get_model
     d = spec.design
     try:
         for m in d.machines:
-            machine = inp.machines[m]
+            machine = get_machine(m, inp.machines)   # in any case, as the catalog names it
             instance_layout(machine, spec.tensor_parallel, d.is_baseline, get_model(spec.model))
             inp.profiles.latency_model(spec.model, machine.hardware, spec.tensor_parallel)
     except SplitwisePlanError as exc:

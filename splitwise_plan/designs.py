@@ -43,6 +43,10 @@ DESIGNS: dict[str, Design] = {
     )
 }
 
+#: Names a machine type may not take, in lower case: a design's name or short form, or ``baseline``
+#: (of ``baseline:MACHINE``), which ``--design`` and ``--designs`` would read as the design.
+RESERVED_NAMES = frozenset({"baseline"} | {n.lower() for d in DESIGNS.values() for n in (d.name, d.short)})
+
 
 def get_design(name: str) -> Design:
     """Look a design up by full or short name, in any case; or build one of the machine catalog's

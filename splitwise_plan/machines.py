@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .designs import RESERVED_NAMES
 from .errors import SplitwisePlanError, by_name, choices, whole_number
 from .paths import read_toml
 
@@ -87,6 +90,7 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
 
     An existing name may set any subset of ``hardware``, ``gpus``, ``hbm_bytes_per_gpu``
     (or ``hbm_gib_per_gpu``), ``cost`` and ``power``; a new name must set all of them.
+    Names are matched in any case, so the catalog keeps each (key and ``Machine.name``) in lower case.
     """
     machines = dict(BUILTIN_MACHINES)
     if path is None:
@@ -102,12 +106,13 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
         raise SplitwisePlanError(f"machine file {path} defines no [machines.NAME] table")
     seen: dict = {}
     for name in tables:   # names are matched in any case: two that differ only in case are one
+        _check_name(path, name)
         other = seen.setdefault(str(name).lower(), name)
         if other != name:
-            raise SplitwisePlanError(f"machine file {path}: [machines.{other}] and [machines.{name}] name one "
+            raise SplitwisePlanError(f"machine file {path}: {_table(other)} and {_table(name)} name one "
                                      "machine (names are matched in any case); keep one")
     for name, spec in tables.items():
-        where = f"machine file {path}, [machines.{name}]"
+        where = f"machine file {path}, {_table(name)}"
         if not isinstance(spec, dict):
             raise SplitwisePlanError(f"{where} must be a table")
         unknown = sorted(set(spec) - set(MACHINE_KEYS))
@@ -117,8 +122,8 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
         if "hbm_bytes_per_gpu" in spec and "hbm_gib_per_gpu" in spec:
             raise SplitwisePlanError(f"{where}: give hbm_bytes_per_gpu or hbm_gib_per_gpu, not both")
         builtin = _builtin_named(name)
-        if builtin is not None:   # DGX-H100 overrides dgx-h100: one machine, under its builtin name
-            name = builtin.name
+        # DGX-H100 overrides dgx-h100: one machine, under its builtin name; B200 is b200, as designs name it
+        name = builtin.name if builtin is not None else name.lower()
         base = machines.get(name)
         fields = {} if base is None else {
             "hardware": base.hardware, "gpus": base.gpus,
@@ -136,6 +141,9 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
         if "hbm_gib_per_gpu" in spec:
             fields["hbm_bytes_per_gpu"] = int(round(_number(where, "hbm_gib_per_gpu",
                                                             spec["hbm_gib_per_gpu"]) * GIB))
+            if fields["hbm_bytes_per_gpu"] < 1:   # rounds to no byte: said of the key the file gives
+                raise SplitwisePlanError(f"{where}: hbm_gib_per_gpu must be at least {1 / GIB:.3g} (one byte), "
+                                         f"got {spec['hbm_gib_per_gpu']!r}")
         for key in ("cost", "power"):
             if key in spec:
                 fields[key] = _number(where, key, spec[key])
@@ -145,8 +153,33 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
                 f"{where}: a new machine needs "
                 f"{', '.join('hbm_gib_per_gpu (or hbm_bytes_per_gpu)' if k == 'hbm_bytes_per_gpu' else k for k in missing)} "
                 f"(builtin names that can be partly overridden: {choices(BUILTIN_MACHINES)})")
-        machines[name] = Machine(name=name, **fields)
+        try:
+            machines[name] = Machine(name=name, **fields)
+        except SplitwisePlanError as exc:   # Machine's own checks, said of the file's table as the others are
+            raise SplitwisePlanError(f"{where}: {str(exc).removeprefix(f'machine {name!r}: ')}") from None
     return machines
+
+
+def _table(name) -> str:
+    """``[machines.NAME]`` as a TOML file writes it: NAME quoted unless it is a bare key."""
+    name = str(name)
+    return f"[machines.{name if re.fullmatch(r'[A-Za-z0-9_-]+', name) else json.dumps(name, ensure_ascii=False)}]"
+
+
+def _check_name(path, name) -> None:
+    """A user error naming the file and table unless some command can name machine type ``name``:
+    ``--design P:T`` and ``--designs a,b`` split at ``:`` and ``,``, and read a design's name as the design."""
+    where = f"machine file {path}, {_table(name)}"
+    if not name or name != name.strip():
+        raise SplitwisePlanError(f"{where}: a machine name must be non-empty, without spaces around it")
+    bad = [c for c in ":," if c in name]
+    if bad:
+        raise SplitwisePlanError(f"{where}: a machine name cannot hold {' or '.join(repr(c) for c in bad)} "
+                                 "(they separate names in --design PROMPT:TOKEN and --designs a,b)")
+    if name.lower() in RESERVED_NAMES:
+        what = "starts a baseline:MACHINE design" if name.lower() == "baseline" else "names a design"
+        raise SplitwisePlanError(f"{where}: {name!r} {what}, so it cannot name a machine type; "
+                                 "choose another name")
 
 
 def _builtin_named(name: str):

@@ -265,3 +265,17 @@ def test_headroom_never_passes_a_cluster_that_fails_at_the_rate_asked_for(capsys
     code, out, _ = run(capsys, "check", ha, *args, "--headroom", 0.1875)
     assert code == 1
     assert "42.75 req/s (36 req/s + 19% headroom)" in out and out.count("PASS") == 1 and out.count("FAIL") == 1
+
+
+def test_check_and_capacity_on_a_machine_named_in_upper_case(capsys, write):
+    """A catalog entry [machines.B200] named by a cluster file: once a KeyError (exit 3) in check and capacity."""
+    machines = write("m.toml", '[machines.B200]\nhardware = "h100-80gb"\ngpus = 8\nhbm_gib_per_gpu = 80\n'
+                               'cost = 4.0\npower = 40.0\n')
+    for cluster in (SMALL + 'prompt_machine_type = "B200"\n', 'design = "B200:dgx-a100"\nprompt_machines = 4\n'
+                                                                 'token_machines = 2\n'):
+        f = write("b.toml", cluster)
+        code, out, err = run(capsys, "check", f, "--rps", 5, *FAST, "--machines-file", machines)
+        assert code == 0, out + err
+        assert "PASS" in out and "b200" in out
+    code, out, err = run(capsys, "capacity", f, *FAST, "--machines-file", machines)
+    assert code == 0 and "req/s" in out, out + err

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from splitwise_plan import (BUILTIN_MACHINES, BUILTIN_MODELS, SplitwisePlanError, get_machine, get_model,
                             load_machines)
+from splitwise_plan.cli import main
 from splitwise_plan.machines import GIB
+
+B200 = """
+[machines.B200]
+hardware = "h100-80gb"
+gpus = 8
+hbm_gib_per_gpu = 80
+cost = 4.0
+power = 40.0
+"""
 
 
 def test_builtin_machines_match_reference():
@@ -77,3 +89,56 @@ def test_unknown_names_list_valid_ones():
         get_machine("dgx-b200")
     with pytest.raises(SplitwisePlanError, match="unknown model 'gpt3'; valid: bloom-176b, llama2-70b"):
         get_model("gpt3")
+
+
+def test_a_name_in_upper_case_is_the_catalogs_in_lower_case(write):
+    """Designs name their machines in lower case (B200:dgx-a100 is b200:dgx-a100): the catalog must too."""
+    ms = load_machines(write("m.toml", B200))
+    assert "b200" in ms and "B200" not in ms and ms["b200"].name == "b200"
+    assert get_machine("B200", ms) is ms["b200"]
+
+
+@pytest.mark.parametrize("design,named", [("B200:dgx-a100", "b200:dgx-a100"), ("b200:DGX-A100", "b200:dgx-a100"),
+                                          ("baseline:B200", "baseline:b200")])
+def test_a_machine_named_in_upper_case_can_be_simulated(capsys, write, design, named):
+    counts = ["--machines", 4] if design.startswith("baseline") else ["-p", 3, "-t", 1]
+    code = main([str(a) for a in ("simulate", "--design", design, *counts, "--rps", 5, "--duration", 10,
+                                  "--method", "events", "--quiet", "--machines-file", write("m.toml", B200),
+                                  "--json", "-")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["design"] == named and doc["cost"] == pytest.approx(4 * 4.0 if "baseline" in named else 3 * 4.0 + 2.21)
+
+
+@pytest.mark.parametrize("name,needle", [
+    ('" my-h100 "', "a machine name must be non-empty, without spaces around it"),
+    ('""', "a machine name must be non-empty"),
+    ('"a:b"', "a machine name cannot hold ':'"),
+    ('"a,b"', "a machine name cannot hold ','"),
+    ("HH", "'HH' names a design"),
+    ("Splitwise-AA", "'Splitwise-AA' names a design"),
+    ("h100", "'h100' names a design"),
+    ("BASELINE", "'BASELINE' starts a baseline:MACHINE design"),
+])
+def test_names_no_command_can_use_are_refused(capsys, write, name, needle):
+    path = write("m.toml", B200.replace("B200", name))
+    with pytest.raises(SplitwisePlanError) as err:
+        load_machines(path)
+    assert f"machine file {path}, [machines.{name}]: {needle}" in str(err.value)
+    assert main(["machines", "--machines-file", str(path)]) == 2   # one error line, exit 2
+    assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[machines.dgx-a100]\nhbm_gib_per_gpu = 1e-12",
+     "[machines.dgx-a100]: hbm_gib_per_gpu must be at least 9.31e-10 (one byte), got 1e-12"),
+    (B200.replace("hbm_gib_per_gpu = 80", "hbm_gib_per_gpu = 1e-10"),
+     "[machines.B200]: hbm_gib_per_gpu must be at least"),
+])
+def test_a_value_the_machine_refuses_names_the_file_table_and_key(write, text, needle):
+    path = write("m.toml", text)
+    with pytest.raises(SplitwisePlanError) as err:
+        load_machines(path)
+    assert str(err.value).startswith(f"machine file {path}, ") and needle in str(err.value)
+    assert "hbm_bytes_per_gpu" not in str(err.value)
