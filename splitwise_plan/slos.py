@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +82,7 @@ class SLOSet:
     name: str = "custom"
     reference_hardware: str = "a100-80gb"
     reference_tensor_parallel: int = 8
+    source: str | None = field(default=None, compare=False, repr=False)   # the file it was read from
 
     def __post_init__(self) -> None:
         try:
@@ -116,8 +117,9 @@ class SLOSet:
         try:
             return profiles.latency_model(model, hw, tp)
         except SplitwisePlanError as exc:
+            of = f"SLO file {self.source}" if self.source else f"SLO set {self.name!r}"
             raise SplitwisePlanError(f"slowdowns are measured against {model} alone on {hw} at TP{tp} (the reference "
-                                     f"of SLO set {self.name!r}; an SLO file sets reference_hardware and "
+                                     f"of {of}; an SLO file sets reference_hardware and "
                                      f"reference_tensor_parallel): {exc}") from None
 
     def __iter__(self):
@@ -158,7 +160,7 @@ class SLOSet:
         return max(rows, key=lambda r: (math.inf if math.isnan(r["ratio"]) else r["ratio"]))
 
 
-def _parse(doc: dict, where: str) -> SLOSet:
+def _parse(doc: dict, where: str, source: str | None = None) -> SLOSet:
     """Build an SLOSet from a parsed TOML document (see ``slos/paper.toml``)."""
     unknown = sorted(set(doc) - _TOP_KEYS)
     if unknown:
@@ -181,7 +183,15 @@ def _parse(doc: dict, where: str) -> SLOSet:
                 if not m:
                     raise SplitwisePlanError(
                         f"{where}: [{metric}] key {key!r} is not a percentile like p50, p99 or \"p99.9\"")
-                slos.append(SLO(metric, _pct(float(m.group(1))), limit, unit))
+                if isinstance(limit, dict) and len(limit) == 1:   # p99.9 = 6 unquoted: TOML's p99 = {9 = 6}
+                    (tail, value), = limit.items()
+                    raise SplitwisePlanError(f"{where}: [{metric}] {key}.{tail} reads as a table {key} holding {tail}; "
+                                             f"quote a fractional percentile's key: \"{key}.{tail}\" = {value!r}")
+                pct = float(m.group(1))
+                if not 0 < pct < 100:   # (said as written: 99.99999999999999999 reads as 100)
+                    raise SplitwisePlanError(f"{where}: [{metric}] key {key!r}: a percentile must be between 0 and "
+                                             "100 (exclusive)")
+                slos.append(SLO(metric, _pct(pct), limit, unit))
         entries = doc.get("slo", [])
         if not isinstance(entries, list):
             raise SplitwisePlanError(f"{where}: slo must be an array of tables ([[slo]])")
@@ -202,7 +212,7 @@ def _parse(doc: dict, where: str) -> SLOSet:
         if not isinstance(hw, str) or not hw:
             raise SplitwisePlanError(f"reference_hardware must be a non-empty string, got {hw!r}")
         return SLOSet(tuple(slos), name=str(doc.get("name", "custom")),
-                      reference_hardware=hw, reference_tensor_parallel=tp)
+                      reference_hardware=hw, reference_tensor_parallel=tp, source=source)
     except SplitwisePlanError as exc:
         msg = str(exc)
         raise SplitwisePlanError(msg if msg.startswith(where) else f"{where}: {msg}") from None
@@ -211,7 +221,7 @@ def _parse(doc: dict, where: str) -> SLOSet:
 def load_slos(path: str | Path | None = None) -> SLOSet:
     """Load the paper's SLOs (``path=None``, shipped ``slos/paper.toml``) or a user TOML file."""
     p = data_file("slos", SHIPPED_SLOS) if path is None else path
-    return _parse(read_toml(p, "SLO"), f"SLO file {p}")
+    return _parse(read_toml(p, "SLO"), f"SLO file {p}", None if path is None else str(p))
 
 
 def reference_latencies(reference: LatencyModel, prompt_tokens, output_tokens):

@@ -97,6 +97,10 @@ def test_missing_measurement_is_an_error():
     ("unit = 'minutes'\n[ttft]\np50 = 1", "unknown SLO unit 'minutes'"),
     ("[[slo]]\nmetric = 'ttft'\nlimit = 1", "missing: percentile"),
     ("[ttft]\np50 = 1\n[[slo]]\nmetric = 'ttft'\npercentile = 50\nlimit = 2", "gives TTFT P50 (slowdown) twice"),
+    # unquoted, TOML reads p99.9 as p99 = {9 = 6}: it was blamed on P99 ("got {'9': 6.0}")
+    ("[ttft]\np99.9 = 6", 'quote a fractional percentile\'s key: "p99.9" = 6'),
+    # said as written, not as the float it rounds to ("got 100")
+    ("[ttft]\n\"p99.99999999999999999\" = 6", "key 'p99.99999999999999999': a percentile must be between 0 and 100"),
 ])
 def test_bad_slo_files(write, text, needle):
     with pytest.raises(SplitwisePlanError) as err:
@@ -135,3 +139,11 @@ def test_slowdown_reference_latencies(sim_dir):
     assert e2e[1] == ttft[1]  # a one-token request is its prompt phase alone
     # Paper §III: a ~1,500-token BLOOM prompt phase costs about as much as ~6 output tokens.
     assert 4 < ttft[0] / tbt[0] < 8
+
+
+def test_an_slo_files_reference_error_names_the_file(write):
+    """A user's copy of paper.toml keeps name = "paper": the error named the shipped set, not the file."""
+    from splitwise_plan.profiles import load_profiles
+    slos = load_slos(write("mine.toml", 'name = "paper"\nreference_hardware = "tpu"\n[ttft]\np50 = 2\n'))
+    with pytest.raises(SplitwisePlanError, match=r"the reference of SLO file .*mine\.toml;"):
+        slos.reference_model(load_profiles(), "bloom-176b")
