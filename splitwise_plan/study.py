@@ -146,10 +146,55 @@ _CREATING = ("already exists", "UNIQUE constraint failed", "duplicate key", "dat
 _CREATE_TRIES = 8
 
 
+def sqlite_tables(path: str) -> dict[str, set[str]]:
+    """The tables (and views) of an existing SQLite file with their columns, read only: what
+    it holds is looked at before Optuna opens it, since Optuna adds its tables to any database.
+
+    A file that is not an SQLite database is a one-line SplitwisePlanError.
+    """
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"{Path(path).as_uri()}?mode=ro", uri=True, timeout=120)
+    except sqlite3.Error as exc:
+        raise SplitwisePlanError(f"--storage {path}: cannot open the database: {_first_line(exc)}") from None
+    try:
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
+                                           "AND name NOT LIKE 'sqlite!_%' ESCAPE '!'")]
+        return {n: {r[1] for r in con.execute("SELECT * FROM pragma_table_info(?)", (n,))} for n in names}
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc):
+            raise SplitwisePlanError(f"--storage {path} is not an SQLite database") from None
+        raise SplitwisePlanError(f"--storage {path}: cannot read the database: {_first_line(exc)}") from None
+    finally:
+        con.close()
+
+
+def is_optuna_schema(tables: dict[str, set[str]]) -> bool:
+    """True for Optuna's tables: its ``studies`` and ``version_info`` (every Optuna schema has
+    both), or ``studies`` alone, the first table of a storage another process is creating now."""
+    if not {"study_id", "study_name"} <= tables.get("studies", set()):
+        return False
+    return {"schema_version", "library_version"} <= tables.get("version_info", set()) or set(tables) == {"studies"}
+
+
+def check_sqlite_file(path: str) -> bool:
+    """Refuse an SQLite file that holds tables but not Optuna's (Optuna would add its own to
+    them); True when the file holds an Optuna storage, False when it holds no table yet."""
+    tables = sqlite_tables(path)
+    if tables and not is_optuna_schema(tables):
+        names = sorted(tables)
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        raise SplitwisePlanError(f"--storage {path} is an SQLite database but not an Optuna storage "
+                                 f"(its tables: {shown})")
+    return bool(tables)
+
+
 def open_storage(url: str | None):
     """The Optuna ``RDBStorage`` of a URL (created once per process), or None for in-memory.
 
-    A bad URL, a missing driver or an unreachable database is a one-line SplitwisePlanError.
+    A bad URL, a missing driver or an unreachable database is a one-line SplitwisePlanError,
+    and so is an SQLite file that is not Optuna's (checked before Optuna adds its tables).
     """
     url = normalize_storage(url)
     if url is None:
@@ -157,6 +202,9 @@ def open_storage(url: str | None):
     with _LOCK:
         if url in _STORAGES:
             return _STORAGES[url]
+        db = sqlite_file(url)
+        if db not in (None, ":memory:") and os.path.isfile(db) and os.path.getsize(db) > 0:
+            check_sqlite_file(db)
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -959,10 +1007,13 @@ def run_worker(url: str, name: str | None = None, *, trials: int | None = None, 
         raise SplitwisePlanError(f"--batch must be a positive integer, got {batch!r}")
     deadline = time.monotonic() + max(0.0, float(wait_s))
     db = sqlite_file(url)
-    while db not in (None, ":memory:") and not os.path.isfile(db):   # opening it would create it, empty
+    # opening a missing or empty file would make Optuna's tables there: a worker only joins a planner's
+    while db not in (None, ":memory:") and not (os.path.isfile(db) and os.path.getsize(db) > 0
+                                                 and check_sqlite_file(db)):
         if time.monotonic() >= deadline:
-            raise SplitwisePlanError(f"--storage {redact(normalize_storage(url))}: no such database file {db}; a "
-                                     "worker joins the studies a planner keeps there (--storage on the planner)")
+            what = f"{db} holds no Optuna storage" if os.path.isfile(db) else f"no such database file {db}"
+            raise SplitwisePlanError(f"--storage {redact(normalize_storage(url))}: {what}; a worker joins "
+                                     "the studies a planner keeps there (--storage on the planner)")
         time.sleep(0.2)
     url = check_storage(url)
     if url is None:

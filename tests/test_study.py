@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ import pytest
 from typer.testing import CliRunner
 
 from splitwise_plan import study as st
-from splitwise_plan.cli import app
+from splitwise_plan.cli import app, main
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.planner import PlanRequest, plan
 from splitwise_plan.search import Evaluator, Space, exhaustive_search, optuna_search
@@ -388,6 +389,83 @@ def test_cli_worker_errors(tmp_path):
     one_line_error(runner.invoke(app, ["worker", "--storage", "memory"]), "persistent --storage")
     one_line_error(runner.invoke(app, ["worker", "--storage", "foo://x"]), "unsupported database")
     one_line_error(runner.invoke(app, ["worker"]), "--storage")
+
+
+
+def sqlite_names(path: Path) -> list:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return sorted(r[0] for r in con.execute("SELECT name FROM sqlite_master"))
+    finally:
+        con.close()
+
+
+def foreign_db(path: Path, *tables: str) -> Path:
+    con = sqlite3.connect(path)
+    for t in tables:
+        con.execute(f"CREATE TABLE {t} (x TEXT)")
+    con.commit()
+    con.close()
+    return path
+
+
+PLAN = ["--goal", "min-cost", "--rps", "10", "--duration", "10", "--designs", "HH", "-q"]
+
+
+@pytest.mark.parametrize("tables", [("users",), ("studies",), ("studies", "version_info", "alembic_version")])
+@pytest.mark.parametrize("cmd", [["worker"], PLAN], ids=["worker", "plan"])
+def test_cli_refuses_an_sqlite_database_that_is_not_optunas(tmp_path, capsys, tables, cmd):
+    """Optuna used to add its 13 tables to any SQLite file, then fail (or say only "An exception is
+    raised during the commit" when the file had its own ``studies`` table): refused, file unchanged."""
+    db = foreign_db(tmp_path / "other.db", *tables)
+    before, data = sqlite_names(db), db.read_bytes()
+    assert main([*cmd, "--storage", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --storage {db} is an SQLite database but not an Optuna storage "
+                   f"(its tables: {', '.join(sorted(tables))})"]
+    assert sqlite_names(db) == before and db.read_bytes() == data
+
+
+@pytest.mark.parametrize("cmd", [["worker"], PLAN], ids=["worker", "plan"])
+def test_cli_refuses_a_file_that_is_not_sqlite(tmp_path, capsys, cmd):
+    db = tmp_path / "notes.db"
+    db.write_text("arrival_timestamp,prompt_size,token_size\n0.0,10,2\n")
+    assert main([*cmd, "--storage", f"sqlite:///{db}"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: --storage {db} is not an SQLite database"]
+    assert db.read_text().startswith("arrival_timestamp")
+
+
+def test_a_worker_makes_no_storage_in_an_empty_sqlite_file(tmp_path, capsys):
+    """A worker joins a planner's studies: an empty file (0 bytes, or a database with no table) is
+    left as it is, while the planner may still make its storage there."""
+    zero = tmp_path / "zero.db"
+    zero.touch()
+    bare = tmp_path / "bare.db"
+    foreign_db(bare, "t")
+    con = sqlite3.connect(bare)
+    con.execute("DROP TABLE t")
+    con.commit()
+    con.close()
+    for db in (zero, bare):
+        assert main(["worker", "--storage", f"sqlite:///{db}"]) == 2
+        [line] = capsys.readouterr().err.strip().splitlines()
+        assert f"{db} holds no Optuna storage" in line and line.startswith("error: "), line
+        assert sqlite_names(db) == []
+    assert zero.stat().st_size == 0
+    st.check_storage(f"sqlite:///{zero}")          # the planner's path: Optuna's tables made there
+    assert {"studies", "version_info", "alembic_version"} <= set(sqlite_names(zero))
+    assert st.check_sqlite_file(str(zero)) is True
+
+
+def test_optuna_schema_marker():
+    """Optuna's ``studies`` with ``version_info``, or ``studies`` alone (another process is making the
+    rest now: Optuna creates ``studies`` first, ``alembic_version`` last)."""
+    studies, info = {"study_id", "study_name"}, {"version_info_id", "schema_version", "library_version"}
+    assert st.is_optuna_schema({"studies": studies, "version_info": info, "trials": {"trial_id"}})
+    assert st.is_optuna_schema({"studies": studies})
+    assert not st.is_optuna_schema({"studies": {"x"}})
+    assert not st.is_optuna_schema({"studies": studies, "users": {"x"}})
+    assert not st.is_optuna_schema({"alembic_version": {"version_num"}, "users": {"x"}})
 
 
 def test_cli_plan_resumes_from_sqlite(tmp_path):
