@@ -424,7 +424,8 @@ class Inputs:
         def loaded(value, load, kind):   # a file (or None: the shipped one), or the object itself
             return value if isinstance(value, kind) else load(value)
         profiles = loaded(req.profiles, load_profiles, ProfileSet)
-        machines = dict(loaded(req.machines_file, load_machines, dict))
+        # names match in any case (a file's catalog is in lower case already; a dict given in code may not be)
+        machines = {str(k).lower(): m for k, m in loaded(req.machines_file, load_machines, dict).items()}
         slos = loaded(req.slos, load_slos, SLOSet)
         trace = loaded(req.trace, load_trace, RequestStream) if req.trace is not None else None
         if trace is not None and not len(trace):
@@ -439,15 +440,17 @@ class Inputs:
             for m in d.machines:
                 if m not in machines:
                     raise SplitwisePlanError(f"{d.name} needs machine {m!r}, which the machine catalog lacks")
-                profiles.latency_model(req.model, machines[m].hardware, req.tp)
         return inp
 
     def unfit(self, design: str) -> str:
-        """Why ``design``'s machines cannot hold the model's weights ('' when they can)."""
+        """Why ``design`` cannot be planned ('' when it can): its machines cannot hold the model's
+        weights, or the profiles have no latency curves for their hardware (a user's table without
+        the power-capped H100 leaves Splitwise-HHcap out, not the whole plan)."""
         d = get_design(design)
         try:
             for m in d.machines:
                 instance_layout(self.machines[m], self.tp, d.is_baseline, get_model(self.model))
+                self.profiles.latency_model(self.model, self.machines[m].hardware, self.tp)
         except SplitwisePlanError as exc:
             return str(exc)
         return ""

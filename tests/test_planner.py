@@ -287,6 +287,21 @@ def test_a_design_whose_machines_cannot_hold_the_model_is_infeasible_and_the_oth
     assert a100.status == "ok" and res.winner == "baseline-a100"
 
 
+def test_a_design_whose_hardware_has_no_profile_is_infeasible_and_the_others_are_planned(tmp_path):
+    """A user's profile table without the power-capped H100: the whole plan failed on the default designs,
+    which the user never chose; now Splitwise-HHcap alone is infeasible, saying why."""
+    import pandas as pd
+    from splitwise_plan.paths import data_file
+    table = pd.read_csv(data_file("profiles", "perf_model.csv"))
+    mine = tmp_path / "no-pcap.csv"
+    table[table.hardware != "h100-80gb-pcap"].to_csv(mine, index=False)
+    res = plan(goal="min-cost", **dict(SMALL, profiles=str(mine), designs="HHcap,A100",
+                                         limits=(("A100", 30, 0),)))
+    cap, a100 = res.get("HHcap"), res.get("A100")
+    assert cap.status == "infeasible" and "no profile for model 'bloom-176b' on hardware 'h100-80gb-pcap'" in cap.note
+    assert a100.status == "ok" and res.winner == "baseline-a100"
+
+
 def test_a_plan_no_design_of_which_can_hold_the_model_is_a_user_error(tmp_path):
     """Every design asked for unfit (a machine file's typo): an error naming why, not an exit-0 plan
     that says "No design meets all SLOs" as if the SLOs were too tight."""
