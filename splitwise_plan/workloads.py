@@ -21,7 +21,7 @@ if TYPE_CHECKING:   # for the annotations only
 
 from .errors import SplitwisePlanError, choices, positive_number, seed_value
 from .paths import data_file, user_file
-from .profiles import read_user_csv, numeric_column
+from .profiles import MAX_TOKENS, bool_cells, numeric_column, read_user_csv
 
 #: Named workloads shipped with the package (Azure LLM inference traces 2023).
 SHIPPED_WORKLOADS = {"coding": "coding.csv", "conversation": "conversation.csv"}
@@ -29,7 +29,7 @@ ALIASES = {"code": "coding", "conv": "conversation"}
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 REFERENCE_COLUMNS = ("arrival_timestamp", "prompt_size", "token_size")
 DEFAULT_DURATION_S = 120.0
-MAX_TOKENS = 1_000_000   # prompt or output tokens of one request at most (a million-token context)
+MAX_SPAN_S = 1e12   # a trace's arrivals span at most this (31,700 years): further is another unit than seconds
 
 
 def workload_names() -> list[str]:
@@ -183,6 +183,9 @@ def _resolve(name_or_path: str | Path, what: str = "workload") -> tuple[str, Pat
     key = str(name_or_path)
     if not key.strip():   # Path("") is ".", the current folder
         raise SplitwisePlanError(f"the {what} is empty; give a name ({choices(SHIPPED_WORKLOADS)}) or a path")
+    if key == "-":   # the usual name of standard input, which is read more than once (a study hashes it)
+        raise SplitwisePlanError(f"the {what} '-' would be standard input, which is not supported; give a file "
+                                 "(./- for a file named -)")
     name = ALIASES.get(key, key)
     if name not in SHIPPED_WORKLOADS and not Path(key).expanduser().exists():   # CODING is coding
         name = ALIASES.get(key.lower(), key.lower())
@@ -205,11 +208,16 @@ def load_trace(path: str | Path) -> RequestStream:
     replays exactly). Rows are put in arrival order (stable) if the file is not sorted.
     """
     name, p = _resolve(path, "trace")
-    df = _known_column_names(read_user_csv(p, "trace"))
+    df = _known_column_names(read_user_csv(p, "trace"), p)
     cols = set(df.columns)
+    if set(AZURE_COLUMNS) <= cols and set(REFERENCE_COLUMNS) <= cols:
+        raise SplitwisePlanError(f"trace file {p} has both the Azure columns ({', '.join(AZURE_COLUMNS)}) and the "
+                                 f"reference ones ({', '.join(REFERENCE_COLUMNS)}): which to replay is ambiguous; "
+                                 "keep one set")
     if set(AZURE_COLUMNS) <= cols:
         prompt_col, output_col = "ContextTokens", "GeneratedTokens"
         arrivals = _azure_seconds(df, p)
+        time_col = "TIMESTAMP"
     elif set(REFERENCE_COLUMNS) <= cols:
         prompt_col, output_col = "prompt_size", "token_size"
         if len(df) == 0:
@@ -219,10 +227,17 @@ def load_trace(path: str | Path) -> RequestStream:
             line = int(np.argmin(arrivals)) + 2
             raise SplitwisePlanError(f"trace file {p}, line {line}, column arrival_timestamp: negative time")
         arrivals = arrivals - math.floor(arrivals.min())
+        time_col = "arrival_timestamp"
     else:
         raise SplitwisePlanError(
             f"trace file {p} has columns {', '.join(df.columns) or '(none)'}; expected the Azure format "
             f"({', '.join(AZURE_COLUMNS)}) or the reference format ({', '.join(REFERENCE_COLUMNS)})")
+    if arrivals.max() - arrivals.min() > MAX_SPAN_S:   # the simulators count time in int64 steps
+        i = int(np.argmax(arrivals))
+        raise SplitwisePlanError(
+            f"trace file {p}, line {i + 2}, column {time_col}: {str(df[time_col].iloc[i])!r} makes the trace span "
+            f"{arrivals[i] - arrivals.min():.3g} s, more than the {MAX_SPAN_S:g} s allowed; are the times in another "
+            "unit than seconds (ms, ns)?")
     prompt = numeric_column(df, prompt_col, p, "trace", integer=True, most=MAX_TOKENS)
     output = numeric_column(df, output_col, p, "trace", integer=True, most=MAX_TOKENS)
     order = np.argsort(arrivals, kind="stable")
@@ -238,11 +253,16 @@ def nonempty(stream: RequestStream, rate: float, duration_s: float, seed: int | 
     return stream
 
 
-def _known_column_names(df: pd.DataFrame) -> pd.DataFrame:
+def _known_column_names(df: pd.DataFrame, p: Path) -> pd.DataFrame:
     """The trace's columns named as the formats spell them, whatever their case and surrounding
-    spaces (``arrival_timestamp`` for ``ARRIVAL_TIMESTAMP``); two columns of one name stay as they are."""
+    spaces (``arrival_timestamp`` for ``ARRIVAL_TIMESTAMP``); two spellings of one column are ambiguous."""
     known = {c.lower(): c for c in AZURE_COLUMNS + REFERENCE_COLUMNS}
     names = [known.get(str(c).strip().lower(), c) for c in df.columns]
+    for n in AZURE_COLUMNS + REFERENCE_COLUMNS:
+        same = [str(c) for c, m in zip(df.columns, names) if m == n]
+        if len(same) > 1:
+            raise SplitwisePlanError(f"trace file {p}: columns {' and '.join(same)} are one column in any case, "
+                                     "so which to read is ambiguous; keep one")
     return df.set_axis(names, axis=1) if len(set(names)) == len(names) else df
 
 
@@ -252,7 +272,7 @@ def _azure_seconds(df: pd.DataFrame, p: Path) -> np.ndarray:
     if len(df) == 0:
         raise SplitwisePlanError(f"trace file {p} has no data rows")
     raw = df["TIMESTAMP"]
-    as_number = pd.to_numeric(raw, errors="coerce")
+    as_number = pd.to_numeric(raw, errors="coerce").mask(bool_cells(raw))   # True is no time (pandas: 1)
     if as_number.notna().all():
         secs = as_number.to_numpy(np.float64)
     else:
@@ -261,7 +281,7 @@ def _azure_seconds(df: pd.DataFrame, p: Path) -> np.ndarray:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise SplitwisePlanError(
-                f"trace file {p}, line {i + 2}, column TIMESTAMP: {raw.iloc[i]!r} is not a time "
+                f"trace file {p}, line {i + 2}, column TIMESTAMP: {str(raw.iloc[i])!r} is not a time "
                 "like 2023-11-16 18:17:03.9799600")
         ns = ts.to_numpy(dtype="datetime64[ns]").astype(np.int64)
         secs = (ns - ns.min()).astype(np.float64) / 1e9

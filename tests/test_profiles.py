@@ -180,3 +180,41 @@ def test_names_in_a_users_profile_match_in_any_case(tmp_path):
     stream = load_workload("coding").generate(10, duration_s=10, seed=0)
     ours = Simulator(stream, "BLOOM-176B", profiles=mine).run("HH", 3, 1)
     assert ours == Simulator(stream, profiles=shipped).run("HH", 3, 1)
+
+
+@pytest.mark.parametrize("text,needle", [
+    (GOOD.replace("256,1,16", "1e30,1,16"),
+     "line 3, column prompt_size: '1e+30' is not a positive integer of at most 1,000,000"),
+    (GOOD.replace("256,1,16", "5000000000,5000000000,16"), "line 3, column prompt_size"),   # the product: past int64
+    (GOOD.replace("256,1,16", "256,1000001,16"), "line 3, column batch_size"),
+    (GOOD.replace("256,1,16", "256,1,9223372036854775807"), "line 3, column token_size"),
+    (GOOD.replace("256,1,16,20,6,8", "256,1,16,20,6,8192"), "line 3, column tensor_parallel: '8192' is not a positive "
+                                                             "integer of at most 4,096"),
+    (GOOD.replace("m,g,128,1", "m,g,128,True").replace("m,g,256,1", "m,g,256,True"),
+     "line 2, column batch_size: 'True' is not a positive integer"),
+    ("# mine\n" + GOOD, "line 1 is a comment ('# mine'): comment lines are not supported"),
+    (GOOD + "# end\n", "line 4 is a comment ('# end')"),
+    (GOOD.replace("m,g,256", "m\x00,g,256"), "is not a text CSV: line 3 holds the control character '\\x00'"),
+])
+def test_profile_values_that_would_wrap_or_mislead(write, text, needle):
+    """Integers past int64 wrapped silently (and prompt_size*batch_size with them); True read as 1; a
+    comment line blamed on the next one: each is one error naming the file, line and column."""
+    path = write("bad.csv", text)
+    with pytest.raises(SplitwisePlanError) as err:
+        load_profiles(path).latency_model("m", "g", 8)
+    assert needle in str(err.value) and "bad.csv" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["p.csv.zip", "p.csv.xz", "p.csv.zst", "p.csv.tar"])
+def test_profile_not_compressed_as_its_name_says(write, capsys, name):
+    from splitwise_plan.cli import main
+    path = write(name, GOOD)
+    assert main(["profiles", "--profiles", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: profile file {path}") and err.count("\n") == 1
+
+
+def test_gzipped_profile_reads_as_the_plain_one(tmp_path):
+    import gzip
+    (tmp_path / "p.csv.gz").write_bytes(gzip.compress(GOOD.encode()))
+    assert load_profiles(tmp_path / "p.csv.gz").entries() == [("m", "g", 8, 2)]

@@ -208,3 +208,138 @@ def test_request_stream_validates():
     assert len(s) == 2 and s.duration_s == 2.0 and s.rate == 1.0
     with pytest.raises(ValueError):
         s.arrival_s[0] = 9.0  # read-only arrays
+
+
+REF = "arrival_timestamp,prompt_size,token_size\n0.5,100,5\n1.5,200,3\n"
+
+
+@pytest.mark.parametrize("name", ["t.csv.gz", "t.csv.bz2", "t.csv.xz", "t.csv.zip", "t.csv.zst", "t.csv.tar",
+                                  "t.tar.gz", "T.CSV.XZ"])
+def test_a_file_not_compressed_as_its_name_says_is_a_user_error(write, name):
+    """pandas would pick a decompressor from the name and fail inside it (BadZipFile, LZMAError, a
+    missing zstandard): one error naming the file, for a trace, a workload and a profile alike."""
+    path = write(name, REF)
+    for load in (load_trace, load_workload):
+        with pytest.raises(SplitwisePlanError) as err:
+            load(path)
+        assert str(path) in str(err.value) and "\n" not in str(err.value)
+    from splitwise_plan import load_profiles
+    with pytest.raises(SplitwisePlanError, match=f"profile file .*{name}"):
+        load_profiles(path)
+
+
+def test_compressed_traces_replay_as_the_plain_one(tmp_path):
+    import bz2
+    import gzip
+    import lzma
+    import tarfile
+    import zipfile
+    data = REF.encode()
+    (tmp_path / "t.csv").write_bytes(data)
+    (tmp_path / "t.csv.gz").write_bytes(gzip.compress(data))
+    (tmp_path / "t.csv.bz2").write_bytes(bz2.compress(data))
+    (tmp_path / "t.csv.xz").write_bytes(lzma.compress(data))
+    with zipfile.ZipFile(tmp_path / "t.csv.zip", "w") as z:
+        z.writestr("t.csv", data)
+    with tarfile.open(tmp_path / "t.tar.gz", "w:gz") as t:
+        t.add(tmp_path / "t.csv", arcname="t.csv")
+    for name in ("t.csv.gz", "t.csv.bz2", "t.csv.xz", "t.csv.zip", "t.tar.gz"):
+        s = load_trace(tmp_path / name)
+        assert s.arrival_s.tolist() == [0.5, 1.5] and s.prompt_tokens.tolist() == [100, 200], name
+    with zipfile.ZipFile(tmp_path / "two.zip", "w") as z:
+        z.writestr("a.csv", data)
+        z.writestr("b.csv", data)
+    with pytest.raises(SplitwisePlanError, match="two.zip is a zip archive of 2 files; it must hold one CSV"):
+        load_trace(tmp_path / "two.zip")
+    (tmp_path / "cut.csv.gz").write_bytes(gzip.compress(data)[:20])   # truncated
+    with pytest.raises(SplitwisePlanError, match="cut.csv.gz cannot be read as gzip"):
+        load_trace(tmp_path / "cut.csv.gz")
+
+
+@pytest.mark.parametrize("text,line,col", [
+    ("arrival_timestamp,prompt_size,token_size\n0,100,10\n1e12,100,10\n3e18,100,10\n", 4, "arrival_timestamp"),
+    ("arrival_timestamp,prompt_size,token_size\n1e308,100,10\n0,100,10\n", 2, "arrival_timestamp"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n5,100,10\n2e12,100,10\n", 3, "TIMESTAMP"),
+])
+def test_arrivals_spanning_more_than_1e12_s_are_refused(write, text, line, col):
+    """Nanoseconds read as seconds would overflow the simulators' int64 time steps: a user error with a hint."""
+    with pytest.raises(SplitwisePlanError) as err:
+        load_trace(write("far.csv", text))
+    msg = str(err.value)
+    assert f"far.csv, line {line}, column {col}:" in msg and "1e+12 s" in msg and "another unit than seconds" in msg
+
+
+def test_arrivals_spanning_1e12_s_replay(write):
+    s = load_trace(write("far.csv", "arrival_timestamp,prompt_size,token_size\n0,100,10\n1e12,100,10\n"))
+    assert s.arrival_s.tolist() == [0.0, 1e12]
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("arrival_timestamp,prompt_size,token_size\n0,100,True\n1,100,True\n",
+     "line 2, column token_size: 'True' is not a positive integer"),
+    ("arrival_timestamp,prompt_size,token_size\n0,False,5\n1,false,5\n",
+     "line 2, column prompt_size: 'False' is not a positive integer"),
+    ("arrival_timestamp,prompt_size,token_size\n0,100,5\n1,100,True\n2,100,\n",
+     "line 3, column token_size: 'True' is not a positive integer"),
+    ("arrival_timestamp,prompt_size,token_size\nTrue,100,5\nTrue,100,5\n",
+     "line 2, column arrival_timestamp: 'True' is not a finite number"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\nTrue,100,5\nTrue,100,5\n",
+     "line 2, column TIMESTAMP: 'True' is not a time"),
+])
+def test_boolean_cells_are_not_the_numbers_1_and_0(write, text, needle):
+    """A column that is all True is read as bools by pandas: refused as a mixed one is, not taken as 1."""
+    with pytest.raises(SplitwisePlanError) as err:
+        load_trace(write("b.csv", text))
+    assert needle in str(err.value) and "b.csv" in str(err.value)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("# my trace\n" + REF, "line 1 is a comment ('# my trace'): comment lines are not supported"),
+    (REF + "# end\n", "line 4 is a comment ('# end')"),
+    (REF.replace("\n0.5", "\n  # skip\n0.5"), "line 2 is a comment ('# skip')"),
+    (REF.replace("\n", "\r"), None),   # lines ended by CR alone: no comment, replays
+    ("# x\r" + REF.replace("\n", "\r"), "line 1 is a comment"),
+])
+def test_comment_lines_are_named_as_such(write, text, needle):
+    path = write("c.csv", text)
+    if needle is None:
+        assert len(load_trace(path)) == 2
+        return
+    with pytest.raises(SplitwisePlanError) as err:
+        load_trace(path)
+    assert needle in str(err.value) and "c.csv" in str(err.value)
+
+
+def test_control_bytes_are_not_echoed_raw(tmp_path):
+    (tmp_path / "nul.csv").write_bytes(b"\0" * 100)
+    (tmp_path / "bin.csv").write_bytes(b"arrival_timestamp,prompt_size,token_size\n0,1\x1b[2J,5\n")
+    for name, shown in (("nul.csv", "line 1 holds the control character '\\x00'"),
+                        ("bin.csv", "line 2 holds the control character '\\x1b'")):
+        with pytest.raises(SplitwisePlanError) as err:
+            load_trace(tmp_path / name)
+        msg = str(err.value)
+        assert f"{name} is not a text CSV: {shown}" in msg
+        assert not any(ord(ch) < 32 for ch in msg)
+
+
+@pytest.mark.parametrize("header,needle", [
+    ("arrival_timestamp,prompt_size,token_size,PROMPT_SIZE", "columns prompt_size and PROMPT_SIZE are one column"),
+    ("arrival_timestamp,prompt_size,token_size,TIMESTAMP,ContextTokens,GeneratedTokens",
+     "has both the Azure columns (TIMESTAMP, ContextTokens, GeneratedTokens) and the reference ones"),
+])
+def test_ambiguous_columns_are_refused(write, header, needle):
+    n = header.count(",") + 1
+    path = write("amb.csv", header + "\n" + ",".join(["1"] * n) + "\n" + ",".join(["2"] * n) + "\n")
+    with pytest.raises(SplitwisePlanError) as err:
+        load_trace(path)
+    assert needle in str(err.value) and "amb.csv" in str(err.value) and "ambiguous" in str(err.value)
+
+
+def test_standard_input_is_not_a_trace(capsys):
+    from splitwise_plan.cli import main
+    for load in (load_trace, load_workload):
+        with pytest.raises(SplitwisePlanError, match="'-' would be standard input, which is not supported"):
+            load("-")
+    code = main(["simulate", "--design", "HH", "-p", "10", "-t", "3", "-q", "--trace", "-"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: the trace '-' would be standard input") and err.count("\n") == 1
