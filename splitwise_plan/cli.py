@@ -139,9 +139,12 @@ def _usage_line(exc) -> str:
 app = typer.Typer(
     cls=_Group,
     name="splitwise-plan",
-    help="Plan LLM inference clusters with split prompt and token machine pools (Splitwise, ISCA 2024).",
+    help="Plan LLM inference clusters with split prompt and token machine pools (Splitwise, ISCA 2024).\n\n"
+         "With no command, the options below plan one: splitwise-plan --goal min-cost --rps 70. "
+         "The commands simulate, sweep, check and capacity study one cluster design.",
     no_args_is_help=False,
     invoke_without_command=True,
+    subcommand_metavar="[COMMAND [ARGS]...]",   # none: the planner
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -184,32 +187,41 @@ def opt_bandwidth(panel: Optional[str] = None):
 def root(
     ctx: typer.Context,
     goal: Optional[str] = typer.Option(
-        None, "--goal", help="min-cost or min-power (at --rps), max-throughput (within --budget-power/--budget-cost)."),
+        None, "--goal", help="min-cost or min-power (at --rps), max-throughput (within --budget-power/--budget-cost). "
+                             "Default: min-cost, or max-throughput when a budget is given."),
     rps: Optional[float] = typer.Option(None, "--rps", help="Requests per second to hold (iso-throughput goals)."),
     budget_power: Optional[str] = typer.Option(
-        None, "--budget-power", help="Power budget: a number or machines, e.g. 40xH100 (max-throughput)."),
+        None, "--budget-power", help="Power budget: machines, e.g. 40xH100, or a number in the machine catalog's "
+                                     "units (a DGX-H100 is 44; see `splitwise-plan machines`) (max-throughput)."),
     budget_cost: Optional[str] = typer.Option(
-        None, "--budget-cost", help="Cost budget: a number or machines, e.g. 40xH100 (max-throughput)."),
+        None, "--budget-cost", help="Cost budget: machines, e.g. 40xH100, or a number in the machine catalog's "
+                                    "units (a DGX-H100 is 4.76; see `splitwise-plan machines`) (max-throughput)."),
     model: str = typer.Option("bloom-176b", "--model", help=(
         "Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may be your own).")),
-    workload: str = typer.Option("coding", "--workload", help=(
+    workload: str = typer.Option("coding", "--workload", "-w", help=(
         "coding, conversation, or a trace CSV (Azure or reference format) to draw sizes from.")),
     trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help=(
         "Replay this trace (max-throughput scales its arrival times to each rate it tries).")),
     slo: Optional[Path] = typer.Option(None, "--slo", "--slos", metavar="FILE", help="SLO TOML file (default: the paper's)."),
-    machines_file: Optional[Path] = typer.Option(None, "--machines-file", metavar="FILE", help="Machine TOML file."),
-    profiles: Optional[Path] = typer.Option(None, "--profiles", metavar="FILE", help="Profile CSV."),
+    machines_file: Optional[Path] = typer.Option(None, "--machines-file", metavar="FILE", help=(
+        "Machine TOML file, overriding or extending the builtin machine catalog.")),
+    profiles: Optional[Path] = typer.Option(None, "--profiles", metavar="FILE", help=(
+        "Profile CSV. Default: the shipped perf_model.csv.")),
     designs: str = typer.Option("AA,HH,HA,HHcap,A100,H100", "--designs", help=(
         "Comma list of designs; machine types of --machines-file as PROMPT:TOKEN or baseline:MACHINE.")),
-    duration: float = typer.Option(120.0, "--duration", help="Seconds of generated requests."),
+    duration: float = typer.Option(120.0, "--duration", metavar="S", help="Length of the generated stream, seconds."),
     seed: int = typer.Option(0, "--seed", help="Seed of the request stream."),
     seeds: int = typer.Option(1, "--seeds", help="Plan over this many streams (seed..seed+K-1): search and confirm on their worst."),
-    jobs: int = typer.Option(0, "--jobs", help="Parallel workers (0: all cores)."),
+    jobs: int = typer.Option(0, "--jobs", "-j", help="Parallel workers (0: all cores)."),
     tp: int = typer.Option(8, "--tp", help="Tensor parallelism of the model on a machine."),
     strategy: str = typer.Option("frontier", "--strategy", help="Search: frontier, optuna or exhaustive."),
-    search_method: str = typer.Option("auto", "--search-method", help="Search simulator: auto, fluid or events."),
+    search_method: str = typer.Option("auto", "--search-method", help=(
+        "Search simulator: fluid (the vectorized model, many designs a pass), events, or auto (fluid where "
+        "it is installed, else events).")),
     confirm_method: str = typer.Option("events", "--confirm-method", help="Confirming simulator: events or fluid."),
-    margin: float = typer.Option(0.0, "--margin", help="Search for tightest SLO ratio below 1 - margin."),
+    margin: float = typer.Option(0.0, "--margin", help=(
+        "Hold every SLO with this margin: the tightest SLO's value/limit below 1 - margin, in the search and "
+        "the confirmation.")),
     transfer: str = opt_transfer(),
     bandwidth: float = opt_bandwidth(),
     storage: Optional[str] = typer.Option(
@@ -218,7 +230,8 @@ def root(
              "Resumable; `splitwise-plan worker` processes can join."),
     study: Optional[str] = typer.Option(
         None, "--study", metavar="NAME",
-        help="Study name prefix in --storage, one study NAME/<design> per design (default: derived from the inputs)."),
+        help="Study name prefix in --storage, one study NAME/<SHORT> per design, e.g. NAME/HH (default: derived "
+             "from the inputs)."),
     json_out: Optional[str] = typer.Option(
         None, "--json", metavar="FILE", rich_help_panel="Output",
         help="Write the JSON report (inputs, each design's result, winner, gains) to FILE; '-' or no FILE: print it instead of the table."),
@@ -228,7 +241,8 @@ def root(
     plot: Optional[Path] = typer.Option(
         None, "--plot", metavar="FILE", rich_help_panel="Output",
         help="Cost, power and throughput of the designs (like the paper's Fig. 18): .png, .svg or .html."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", rich_help_panel="Output", help="No progress bar, no notes."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", rich_help_panel="Output", help=(
+        "No progress bar and no 'wrote FILE' notes (a stopped run still says what it kept).")),
     _version: bool = typer.Option(False, "--version", is_eager=True, callback=lambda v: _print_version(v),
                                   help="Print the version and exit (as the version command)."),
 ) -> None:

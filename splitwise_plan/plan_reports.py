@@ -9,7 +9,7 @@ import math
 from .designs import get_design
 from .errors import SplitwisePlanError
 from .planner import Inputs, PlanRequest, PlanResult, _inputs_block, _num, _stream_of, input_label
-from .reports import machine_counts
+from .reports import machine_counts, plural
 
 # --- rendering ---------------------------------------------------------------------------
 
@@ -106,7 +106,7 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
     table.caption = (f"{slos}; headroom = 1 - tightest value/limit; "
                      f"sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
                      f"simulations: {result.evaluations} + {result.confirmations} for a grid of "
-                     f"{result.grid_size} points; {result.seconds:.1f} s")
+                     f"{plural(result.grid_size, 'point')}; {result.seconds:.1f} s")
     return table
 
 

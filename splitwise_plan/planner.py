@@ -165,7 +165,9 @@ class PlanRequest:
             if (self.budget_power is None) == (self.budget_cost is None):
                 raise SplitwisePlanError("--goal max-throughput needs exactly one of --budget-power and --budget-cost")
             if self.rps is not None:
-                raise SplitwisePlanError("--goal max-throughput finds the rate itself; drop --rps")
+                raise SplitwisePlanError("a budget (--budget-power, --budget-cost) asks for the highest rate it "
+                                         "holds (goal max-throughput), which finds the rate itself: drop --rps, "
+                                         "or the budget to find the cheapest cluster at that rate")
         else:
             if self.budget_power is not None or self.budget_cost is not None:
                 raise SplitwisePlanError(f"--goal {self.goal} takes --rps, not a budget (budgets go with max-throughput)")
@@ -791,7 +793,9 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                               evaluations=ev.evaluations * streams, confirmations=confirm.runs,
                               seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate, _first_stream(inputs, req)), **base)
         excluded.append(sr.best)
-        rejected.append(f"{sr.best[0]}+{sr.best[1]} ({_ratio(ev.cache.get(sr.best)):.2f} -> {_ratio(worst):.2f})")
+        point = f"{sr.best[0]}" if d.is_baseline else f"{sr.best[0]}+{sr.best[1]}"
+        # three decimals: a miss the search read at 0.997 reads 1.000 rounded to two, like a pass
+        rejected.append(f"{point} ({_ratio(ev.cache.get(sr.best)):.3f} -> {_ratio(worst):.3f})")
         if len(excluded) >= req.max_confirm:
             return DesignPlan(status="unconfirmed", prompt=sr.best[0], token=sr.best[1], cost=worst.cost,
                               power=worst.power, result=worst, evaluations=ev.evaluations * streams,
