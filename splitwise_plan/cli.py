@@ -378,7 +378,7 @@ def workloads_cmd(
         None, metavar="[NAME_OR_FILE]...",
         help="Workload names (coding, conversation) or trace CSV files. Default: the shipped ones."),
     rate: Optional[float] = typer.Option(
-        None, "--rate", help="Also generate a Poisson stream at this rate (requests/s) and show it."),
+        None, "--rps", "--rate", help="Also generate a Poisson stream at this rate (requests/s) and show it."),
     duration: float = typer.Option(120.0, "--duration", help="Length of the generated stream, seconds."),
     seed: int = typer.Option(0, "--seed", help="Seed of the generated stream."),
 ) -> None:

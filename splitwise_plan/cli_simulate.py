@@ -554,7 +554,8 @@ def sweep_cmd(
         "0: one per core; 1: this process only).")),
     stop_early: bool = typer.Option(False, "--stop-early", help=(
         "Stop a Splitwise design once an SLO can no longer hold: same verdicts and passing rows, "
-        "faster; failing rows then count their unfinished requests as +inf.")),
+        "faster; failing rows then count their unfinished requests as +inf. Fluid method only; "
+        "baselines always run in full.")),
 ) -> None:
     """Simulate a grid of machine counts of one design: one CSV row per design point (the paper's Fig. 12)."""
     from .checkpoint import path_for
@@ -586,6 +587,9 @@ def sweep_cmd(
                          transfer=transfer, bandwidth=bandwidth)
     if jobs is not None and jobs < 0:
         raise SplitwisePlanError(f"--jobs must be 0 (one per core) or more, got {jobs}")
+    if stop_early and (d.is_baseline or inp.method != "fluid"):   # accepted, so that a script may always pass it
+        _note(f"--stop-early serves Splitwise designs with the fluid method; this sweep "
+              f"({d.name}, {inp.method}) runs every design point in full", False)   # even with --quiet: a flag ignored
     sim = inp.simulator(stop_early=stop_early)
     results, ckpt, others = _resumable_grid(sim, inp, d, grid, path_for(csv_out, json_out, plot), jobs=jobs,
                                             quiet=quiet, stop_early=stop_early)

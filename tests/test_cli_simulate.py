@@ -327,3 +327,11 @@ def test_sweep_json_stdout(capsys):
 ])
 def test_sweep_bad_input(capsys, args):
     assert_user_error(*run(capsys, "sweep", "--rps", 5, "--method", "events", "--duration", 5, *args))
+
+
+@pytest.mark.parametrize("design, extra", [(["-d", "H100", "-m", "3:4"], []),
+                                           (["-d", "HH", "-p", "2", "-t", "1:2"], ["--method", "events"])])
+def test_stop_early_where_it_cannot_serve_says_so(capsys, design, extra):
+    """--stop-early on a baseline or with the events method was accepted and did nothing, without a word."""
+    code, out, err = run(capsys, "sweep", *design, "--rps", 5, "--stop-early", *extra, *FAST)
+    assert code == 0 and "--stop-early serves Splitwise designs with the fluid method" in err, err
