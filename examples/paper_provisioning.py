@@ -5,8 +5,8 @@
     python examples/paper_provisioning.py iso-power      # max throughput within the power of 40 DGX-H100
     python examples/paper_provisioning.py iso-cost       # max throughput within the cost of 40 DGX-H100
 
-Options: --workload coding|conversation (iso-power, iso-cost), --duration S, --jobs N,
---confirm-method events|fluid. Each prints the planner's table and the paper's or the
+Options: --workload coding|conversation (iso-power, iso-cost; fig12 and reference are the
+paper's coding runs), --designs LIST, --duration S, --jobs N, --confirm-method events|fluid. Each prints the planner's table and the paper's or the
 reference simulator's numbers beside it; README.md in this folder discusses them.
 """
 
@@ -45,6 +45,8 @@ def main() -> None:
     ap.add_argument("--confirm-method", default="events")
     ap.add_argument("--designs", default=None)
     args = ap.parse_args()
+    if args.workload != "coding" and args.experiment in ("fig12", "reference"):
+        ap.error(f"{args.experiment} is the paper's coding run; --workload serves iso-power and iso-cost")
     common = dict(duration=args.duration, jobs=args.jobs, confirm_method=args.confirm_method)
     if args.experiment == "fig12":
         req = PlanRequest(goal="min-cost", rps=70, designs=args.designs or "HH", **common)

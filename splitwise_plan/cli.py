@@ -333,6 +333,23 @@ def _print_version(given: bool) -> None:
         raise typer.Exit()
 
 
+@app.command("help")
+def help_cmd(ctx: typer.Context, command: Optional[str] = typer.Argument(
+        None, metavar="[COMMAND]", help="A command (simulate, sweep, check, ...); none: the planner's options.")) -> None:
+    """Show a command's help, or the planner's (as COMMAND --help and --help do)."""
+    root = ctx.parent
+    if command is None:
+        text = root.get_help()
+    else:
+        cmd = root.command.get_command(root, command)
+        if cmd is None:
+            raise SplitwisePlanError(f"help: no command {command!r}; the commands: "
+                                     f"{', '.join(root.command.list_commands(root))}")
+        text = cmd.get_help(type(ctx)(cmd, info_name=command, parent=root))
+    if text:   # (typer's rich help prints itself and returns nothing)
+        typer.echo(text)
+
+
 @app.command("version")
 def version_cmd() -> None:
     """Print the splitwise-plan version."""

@@ -331,3 +331,13 @@ def test_the_package_loads_its_api_on_first_use():
     assert splitwise_plan.Simulator is importlib.import_module("splitwise_plan.simulator").Simulator
     with pytest.raises(AttributeError):
         splitwise_plan.no_such_name
+
+
+def test_help_command_shows_a_commands_help(capsys):
+    """``splitwise-plan help check`` read 'help' as a stray planner argument and exited 2."""
+    assert main(["help", "check"]) == 0
+    out = capsys.readouterr().out
+    assert "splitwise-plan check" in out and "--headroom" in out
+    assert main(["help"]) == 0 and "--goal" in capsys.readouterr().out
+    assert main(["help", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("error: help: no command 'nope'; the commands: ")
