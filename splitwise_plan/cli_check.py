@@ -280,7 +280,8 @@ def capacity_cmd(
     transfer: str = opt_transfer(ADV),
     bandwidth: float = opt_bandwidth(ADV),
 ) -> None:
-    """The highest request rate at which the cluster holds all SLOs and every request finishes (bisection on the rate, same seed).
+    """The highest request rate at which the cluster holds all SLOs and every request finishes
+    (bisection on the rate, same seed).
 
     Exit 0 with a rate, 1 when the SLOs fail even at the lowest rate tried, 2 on bad input.
     """
