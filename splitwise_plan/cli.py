@@ -233,7 +233,7 @@ def root(
         help="Study name prefix in --storage, one study NAME/<SHORT> per design, e.g. NAME/HH (default: derived "
              "from the inputs)."),
     json_out: Optional[str] = typer.Option(
-        None, "--json", metavar="FILE", rich_help_panel="Output",
+        None, "--json", metavar="[FILE]", rich_help_panel="Output",
         help="Write the JSON report (inputs, each design's result, winner, gains) to FILE; '-' or no FILE: print it instead of the table."),
     csv_out: Optional[Path] = typer.Option(
         None, "--csv", metavar="FILE", rich_help_panel="Output",

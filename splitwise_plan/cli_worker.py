@@ -34,7 +34,7 @@ def worker_cmd(
     wait: float = typer.Option(
         0.0, "--wait", metavar="SECONDS", help="Wait this long for the study to appear (a planner still starting)."),
     json_out: Optional[str] = typer.Option(
-        None, "--json", metavar="FILE", help="Write a JSON summary to FILE ('-' or no FILE: print it instead)."),
+        None, "--json", metavar="[FILE]", help="Write a JSON summary to FILE ('-' or no FILE: print it instead)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-study lines on stderr."),
 ) -> None:
     """Join running studies: ask, simulate and tell their trials (see --storage on the planner).
