@@ -116,12 +116,18 @@ def _check_plan_result(result, what: str) -> None:
 
 
 def render(result: PlanResult, console=None) -> None:
-    """Print the ranking table, the winner and its gains with rich."""
+    """Print the ranking table, the winner and its gains with rich, to ``console`` (a rich Console, or a
+    text file such as ``io.StringIO()``; default: standard output)."""
     from rich.console import Console
     from rich.measure import Measurement
 
     _check_plan_result(result, "render_plan")
 
+    if console is not None and not isinstance(console, Console):
+        if not callable(getattr(console, "write", None)):
+            raise SplitwisePlanError(f"render_plan: console must be a rich Console or a text file, got "
+                                     f"{type(console).__name__}")
+        console = Console(file=console, width=_TABLE_WIDTH)
     con = console or Console()
     if console is None and (con.is_jupyter or not con.is_terminal) and con.width < _TABLE_WIDTH:
         con = Console(width=_TABLE_WIDTH)   # a notebook scrolls, a file or pipe has no width: no "..." cells
@@ -138,7 +144,9 @@ def render(result: PlanResult, console=None) -> None:
         if dp.note:
             con.print(f"  {dp.design}: {dp.note}")
     if result.winner is None:
-        con.print("No design meets all SLOs.")
+        simulated = any(dp.evaluations or dp.confirmations for dp in result.designs)
+        con.print("No design meets all SLOs." if simulated else
+                  "No design could be planned (none was simulated): see the notes above.")
         return
     w = result.get(result.winner)
     what = {"min-cost": "lowest cost", "min-power": "lowest power", "max-throughput": "highest throughput"}[req.goal]

@@ -98,7 +98,7 @@ class PlanRequest:
     trace, SLOs, machine catalog and profiles may also be objects already loaded (a notebook's
     ``load_trace(...)``, an edited catalog), as :class:`Simulator` takes them."""
 
-    goal: str = "min-cost"
+    goal: str | None = None            # None: min-cost, or max-throughput when a budget is given
     rps: float | None = None
     budget_power: float | str | None = None
     budget_cost: float | str | None = None
@@ -141,6 +141,9 @@ class PlanRequest:
         return {**{k: v for k, v in files.items() if isinstance(v, str)}, "--storage": sqlite_file(self.storage)}
 
     def __post_init__(self) -> None:
+        if self.goal is None:   # as on the command line
+            has_budget = self.budget_power is not None or self.budget_cost is not None
+            object.__setattr__(self, "goal", "max-throughput" if has_budget else "min-cost")
         for name in ("goal", "search_method", "confirm_method", "strategy", "transfer"):   # MIN-COST is min-cost
             if isinstance(getattr(self, name), str):
                 object.__setattr__(self, name, getattr(self, name).strip().lower())
@@ -175,6 +178,12 @@ class PlanRequest:
                 raise SplitwisePlanError(f"--goal {self.goal} needs --rps (requests per second) or --trace")
             if self.rps is not None and self.trace is not None:
                 raise SplitwisePlanError("--trace replays the file at its own rate; give --rps or --trace, not both")
+        if self.trace is not None:   # (the command line refuses these flags with --trace too)
+            shaping = [f"{k}={getattr(self, k)!r}" for k, v in (("workload", "coding"), ("duration", 120.0),
+                                                               ("seed", 0), ("seeds", 1)) if getattr(self, k) != v]
+            if shaping:
+                raise SplitwisePlanError(f"trace replays its stream as it is; {', '.join(shaping)} "
+                                         "shape a generated stream only: drop them or the trace")
         # numbers as plain Python ones (numpy scalars and numeric strings too): reports serialize them
         for name in ("seeds", "tp", "jobs", "seed", "max_confirm", "batch"):   # "8" as the rate's "70" is
             v = getattr(self, name)
@@ -185,8 +194,8 @@ class PlanRequest:
                   "seeds": whole_number(self.seeds, "--seeds", 1, MAX_SEEDS), "tp": whole_number(self.tp, "--tp", 1),
                   "jobs": whole_number(self.jobs, "--jobs", 0), "seed": seed_value(self.seed),
                   "max_confirm": whole_number(self.max_confirm, "max_confirm", 1)}
-        if self.rps is not None:
-            fields["rps"] = positive_number(self.rps, "--rps")
+        if self.rps is not None:   # a float whatever its type: study names hash it (20 and 20.0 are one question)
+            object.__setattr__(self, "rps", positive_number(self.rps, "--rps"))
         if self.batch is not None:
             fields["batch"] = whole_number(self.batch, "batch", 1)
         fields["margin"] = real_number(self.margin, "margin")
@@ -231,8 +240,10 @@ def parse_designs(designs) -> tuple[str, ...]:
     """Full design names from a comma list or a sequence of names (short forms allowed)."""
     if isinstance(designs, str):
         designs = designs.split(",")
-    if designs is None or isinstance(designs, (bytes, numbers.Number)):
-        designs = ()
+    if designs is None:   # as for the other options: the default
+        designs = ALL_DESIGNS
+    if isinstance(designs, (bytes, numbers.Number)):
+        raise SplitwisePlanError(f"designs must be a comma list or a sequence of design names, got {designs!r}")
     names = []
     for d in designs:
         if not str(d).strip():
@@ -310,10 +321,14 @@ class DesignPlan:
             if not isinstance(r, SimulationResult):
                 raise TypeError("not a simulation result")
             return r
-        vals = dict(d)
-        vals["result"] = None if d["result"] is None else result(d["result"])
-        vals["evaluated"] = tuple((float(rate), result(r)) for rate, r in d["evaluated"])
-        return cls(**vals)
+        try:
+            vals = dict(d)
+            vals["result"] = None if d["result"] is None else result(d["result"])
+            vals["evaluated"] = tuple((float(rate), result(r)) for rate, r in d["evaluated"])
+            return cls(**vals)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:   # (SplitwisePlanError is a ValueError)
+            raise SplitwisePlanError(f"not a record made by DesignPlan.to_record (a report's entry is not one): "
+                                     f"{type(exc).__name__}: {exc}") from None
 
     def to_dict(self, rate_bound: bool = False) -> dict:
         """The answer as the JSON report has it; ``rate_bound``: ``bound`` is a rate (max-throughput: the
@@ -427,7 +442,12 @@ class Inputs:
             return value if isinstance(value, kind) else load(value)
         profiles = loaded(req.profiles, load_profiles, ProfileSet)
         # names match in any case (a file's catalog is in lower case already; a dict given in code may not be)
-        machines = {str(k).lower(): m for k, m in loaded(req.machines_file, load_machines, dict).items()}
+        given = loaded(req.machines_file, load_machines, dict)
+        machines = {str(k).lower(): m for k, m in given.items()}
+        if len(machines) < len(given):   # as a file's tables are refused
+            twice = sorted(k for k in given if sum(str(j).lower() == str(k).lower() for j in given) > 1)
+            raise SplitwisePlanError(f"the machine catalog names one machine twice ({', '.join(map(str, twice))}: "
+                                     "names are matched in any case); keep one")
         slos = loaded(req.slos, load_slos, SLOSet)
         trace = loaded(req.trace, load_trace, RequestStream) if req.trace is not None else None
         if trace is not None and not len(trace):
@@ -1239,6 +1259,7 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, **
         collect(DesignPlan(design=n, short=get_design(n).short, status="infeasible", note=why))
     for n in req.designs:
         if n in done and n not in unfit:
+            _check_done(done[n], req, inputs)
             collect(done[n])
     order = sorted((n for n in req.designs if n not in unfit and n not in done),
                    key=lambda n: _WORK_ORDER.index(n) if n in _WORK_ORDER else 99)
@@ -1286,6 +1307,19 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, **
     winner = ranked[0] if ranked and ranked[0].status == "ok" else None
     return PlanResult(req, ranked, winner.design if winner else None, _gains(ranked, winner, req.goal),
                       method, time.perf_counter() - t0, inputs=_inputs_block(req, inputs, method))
+
+
+def _check_done(p: DesignPlan, req: PlanRequest, inputs: Inputs) -> None:
+    """Refuse a design planned for another request than ``req`` (another rate or model): it would stand
+    in this plan's report as this request's answer, and might win it. What it records is checked; the
+    checkpoint of the command line also compares the inputs' contents."""
+    r = p.result
+    if r is not None and getattr(r, "model", req.model) != req.model:
+        raise SplitwisePlanError(f"done[{p.short!r}] was planned for model {r.model}, not this plan's {req.model}")
+    if req.goal != "max-throughput" and p.status == "ok":
+        rate = req.rps if req.rps is not None else inputs.trace.rate
+        if not math.isclose(p.rate, rate, rel_tol=1e-9):
+            raise SplitwisePlanError(f"done[{p.short!r}] was planned at {p.rate:g} req/s, not this plan's {rate:g}")
 
 
 # --- the streams and inputs a plan ran on (its results and reports name them) ----------------

@@ -44,7 +44,8 @@ def sim():
     (lambda s: sp.plan("min-cost"), "plan() takes a PlanRequest or keyword options"),
     (lambda s: sp.plan(goal="min-cost", rps=5, foo=1), "plan() has no option foo"),
     (lambda s: sp.PlanRequest(rps=True), "--rps must be a number, got True"),
-    (lambda s: sp.PlanRequest(rps=5, designs=None), "no design given"),
+    (lambda s: sp.PlanRequest(rps=5, designs=5), "designs must be a comma list or a sequence of design names, got 5"),
+    (lambda s: sp.PlanRequest(rps=5, designs=""), "no design given"),
     (lambda s: sp.PlanRequest(rps=5, limits=(("HH", -1, 5),)), "limits of HH: prompt max must be between 1"),
     (lambda s: sp.PlanRequest(rps=5, limits="x"), "limits are ((design, prompt max, token max), ...)"),
 ])

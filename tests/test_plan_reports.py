@@ -502,3 +502,15 @@ def test_plan_report_rates_and_bounds_say_their_unit(capsys, tmp_path):
     from splitwise_plan.workloads import load_trace
     assert doc["plan"]["rate_rps"] == pytest.approx(load_trace(trace).rate) == doc["inputs"]["rate_rps"]
     assert doc["results"][0]["bound"] > 0 and doc["results"][0]["bound_rps"] is None
+
+
+def test_render_plan_writes_to_a_text_file_and_says_when_nothing_was_simulated():
+    """render_plan(console=io.StringIO()) raised AttributeError; a budget that buys no machine read
+    'No design meets all SLOs.', though no SLO was looked at."""
+    import io
+    from splitwise_plan import plan, render_plan
+    res = plan(goal="max-throughput", budget_cost=1, duration=10, designs="HH,A100", jobs=1)
+    buf = io.StringIO()
+    render_plan(res, console=buf)
+    assert "the budget of 1 buys no complete splitwise-hh" in buf.getvalue()
+    assert "No design could be planned (none was simulated)" in buf.getvalue()

@@ -399,3 +399,42 @@ def test_an_interrupted_plan_leaves_no_search_running():
                  and "Z" not in open(f"/proc/{k}/stat").read().split()[2]
                  and "resource_tracker" not in open(f"/proc/{k}/cmdline").read()]   # (idle, kept by design)
         assert not alive, [open(f"/proc/{k}/cmdline").read().replace("\0", " ")[:200] for k in alive]
+
+
+def test_a_design_planned_for_another_request_is_refused_as_done():
+    """plan(done=...) took a DesignPlan of another rate or model as this plan's answer, and it won."""
+    first = plan(goal="min-cost", **SMALL)
+    hh = first.get("HH")
+    for other, needle in ((dict(SMALL, rps=20), "was planned at 10 req/s, not this plan's 20"),
+                          (dict(SMALL, model="llama2-70b"), "was planned for model bloom-176b, not this plan's llama2-70b")):
+        with pytest.raises(SplitwisePlanError, match=needle):
+            plan(goal="min-cost", done={"HH": hh}, **other)
+    assert plan(goal="min-cost", done={"HH": hh}, **SMALL).get("HH") == hh
+
+
+def test_a_budget_without_a_goal_asks_for_the_highest_rate_as_on_the_command_line():
+    assert PlanRequest(budget_cost=100, designs="HH").goal == "max-throughput"
+    assert PlanRequest(rps=5, designs="HH").goal == "min-cost"
+
+
+def test_a_trace_refuses_what_shapes_a_generated_stream():
+    """The command line refused --seeds/--seed/--duration/--workload with --trace; the API ignored them."""
+    s = load_workload("coding").generate(5.0, duration_s=10.0, seed=0)
+    for kw in (dict(seeds=3), dict(seed=5), dict(duration=60.0), dict(workload="conversation")):
+        with pytest.raises(SplitwisePlanError, match="shape a generated stream only"):
+            PlanRequest(trace=s, designs="HH", **kw)
+
+
+def test_a_record_that_is_not_one_is_one_user_error():
+    with pytest.raises(SplitwisePlanError, match="not a record made by DesignPlan.to_record"):
+        DesignPlan.from_record({"design": "splitwise-hh", "result": {"type": "x"}, "evaluated": []})
+    with pytest.raises(SplitwisePlanError, match="not a record made by DesignPlan.to_record"):
+        DesignPlan.from_record(None)
+
+
+def test_a_machine_dict_naming_one_machine_twice_by_case_is_refused():
+    import dataclasses
+    from splitwise_plan.machines import BUILTIN_MACHINES
+    cat = {**BUILTIN_MACHINES, "DGX-H100": dataclasses.replace(BUILTIN_MACHINES["dgx-h100"], cost=1.0)}
+    with pytest.raises(SplitwisePlanError, match=r"names one machine twice \(DGX-H100, dgx-h100"):
+        plan(goal="min-cost", **dict(SMALL, machines_file=cat))

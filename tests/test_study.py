@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import optuna
 import pytest
 from typer.testing import CliRunner
@@ -491,7 +492,10 @@ def test_a_study_remembers_its_kv_transfer_and_keeps_older_names():
     # the reference's link is left out of a study's request, so studies made before the option keep
     # their names; any other link is part of the question a worker rebuilds
     plain = PlanRequest(goal="min-cost", rps=70)
-    assert st.study_prefix(plain, "fluid") == "min-cost-bloom-176b-coding-70rps-120s-seed0-ca19bbbc"
+    # the name the command line's --rps 70 (a float) always gave; an int from Python is the same question
+    assert st.study_prefix(plain, "fluid") == "min-cost-bloom-176b-coding-70rps-120s-seed0-6d0d1a6a"
+    assert {st.study_prefix(PlanRequest(rps=v), "fluid") for v in (70, 70.0, "70", np.int64(70))} == {
+        st.study_prefix(plain, "fluid")}
     assert "transfer" not in st.request_attrs(plain, "fluid")[0]
     slow = PlanRequest(goal="min-cost", rps=70, transfer="layerwise", bandwidth=12.5)
     r, _ = st.request_attrs(slow, "fluid")
