@@ -292,7 +292,8 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
         try:
             result = plan(req, on_design=done, done=kept)
         except KeyboardInterrupt:
-            note = stopped_note(ckpt, n, "plan", "designs", len(others), "; --storage keeps every simulation")
+            also = "" if req.goal == "max-throughput" else "; --storage keeps every simulation"   # (it refuses one)
+            note = stopped_note(ckpt, n, "plan", "designs", len(others), also)
             if note:
                 sys.stderr.write(note + "\n")
             raise

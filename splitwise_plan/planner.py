@@ -1275,14 +1275,17 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, **
         if jobs > 1 and len(groups) == 2:
             from joblib.externals.loky import ProcessPoolExecutor   # a fresh process, as joblib's workers
 
-            pool = _Pool(ProcessPoolExecutor(2))
+            with starting_workers():   # (the executor's queues start loky's resource trackers)
+                pool = _Pool(ProcessPoolExecutor(2))
+                other = pool.submit(_plan_group, inputs, sub, groups[1], method)
             try:
-                with starting_workers():
-                    other = pool.submit(_plan_group, inputs, sub, groups[1], method)
                 _plan_group(inputs, sub, groups[0], method, pool, collect)
                 for p in _awaited(other.result, FutureTimeout):
                     collect(p)
             except BaseException:   # Ctrl-C (a notebook's interrupt too): the side process stops now
+                if other.done() and not other.cancelled() and other.exception() is None:
+                    for p in other.result():   # its designs, finished before the stop, are kept
+                        collect(p)
                 pool.close(kill=True)
                 raise
             pool.close()
