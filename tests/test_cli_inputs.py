@@ -341,3 +341,20 @@ def test_help_command_shows_a_commands_help(capsys):
     assert main(["help"]) == 0 and "--goal" in capsys.readouterr().out
     assert main(["help", "nope"]) == 2
     assert capsys.readouterr().err.startswith("error: help: no command 'nope'; the commands: ")
+
+
+@pytest.mark.skipif(not hasattr(os, "killpg"), reason="signals a process group")
+@pytest.mark.parametrize("signame", ["SIGHUP", "SIGINT"])
+def test_a_stop_sent_to_the_whole_group_is_two_plain_lines(signame):
+    """A closed terminal signals the whole process group: loky's resource trackers died of SIGHUP and the
+    plan printed 7 tracebacks as they were relaunched (the worker processes too, if hit while starting)."""
+    import signal
+    import time
+    cmd = [sys.executable, "-m", "splitwise_plan", "--goal", "min-cost", "--rps", "70", "--duration", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(3)
+    os.killpg(proc.pid, getattr(signal, signame))
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Fatal" not in err and "Warning" not in err, err
+    assert len(err.strip().splitlines()) <= 2, err
