@@ -96,7 +96,18 @@ def in_memory_inputs(req: "PlanRequest") -> list[str]:
 class PlanRequest:
     """What to plan. Paths are optional user files; None means the shipped defaults. The workload,
     trace, SLOs, machine catalog and profiles may also be objects already loaded (a notebook's
-    ``load_trace(...)``, an edited catalog), as :class:`Simulator` takes them."""
+    ``load_trace(...)``, an edited catalog), as :class:`Simulator` takes them.
+
+    The question: ``goal`` (min-cost, min-power at ``rps`` req/s or the ``trace``'s own rate;
+    max-throughput within ``budget_power`` or ``budget_cost``, a number in the catalog's units or
+    machines such as "40xH100"), ``model`` at ``tp``, ``designs`` (names or short forms, a comma
+    list or a sequence), a generated stream (``workload``, ``duration`` seconds, ``seed``; ``seeds``
+    K: hold on the worst of K streams) or a ``trace``, the ``slos``, the ``transfer`` of the KV
+    cache at ``bandwidth`` GiB/s. How: ``search_method`` and ``confirm_method`` (fluid or events),
+    ``strategy``, ``margin`` (hold every SLO below 1 - margin), ``limits`` ((design, prompt max,
+    token max), ...), ``jobs`` (0: all cores), ``storage``/``study`` (keep the Optuna trials).
+    The command line's options are these, with dashes.
+    """
 
     goal: str | None = None            # None: min-cost, or max-throughput when a budget is given
     rps: float | None = None

@@ -270,7 +270,8 @@ class Simulator:
 
     # -- evaluation ---------------------------------------------------------------
     def run(self, design: str | Design, n_prompt: int, n_token: int = 0, method: str | None = None) -> SimulationResult:
-        """Simulate one design point."""
+        """Simulate one design point: ``n_prompt`` prompt and ``n_token`` token machines (a baseline's
+        ``n_prompt`` machines, ``n_token`` 0)."""
         return self.run_many(design, [(n_prompt, n_token)], method=method)[0]
 
     def run_requests(self, design: str | Design, n_prompt: int, n_token: int = 0,
@@ -365,6 +366,12 @@ class Simulator:
         another, whatever their designs: a batch costs little more than one point.
         """
         method = self.method if method is None else _check_method(method)
+        if isinstance(points, tuple) and points and isinstance(points[0], str):   # one point
+            points = [points]
+        points = [points] if isinstance(points, str) else list(points)
+        if any(isinstance(x, (str, dict)) for x in points):
+            raise SplitwisePlanError("run_points takes a list of (design, prompt machines, token machines) "
+                                     "tuples, e.g. [('HH', 27, 3), ('H100', 52, 0)]")
         clusters = [self.cluster(d, *pt) for d, *pt in
                     (_point(x, 2, 3, "(design, prompt machines, token machines)") for x in points)]
         if method == "events":

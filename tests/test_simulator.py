@@ -654,3 +654,12 @@ def test_an_slo_limit_near_the_largest_float_is_a_limit_like_any_other():
     fluid = Simulator(stream, slos=slos, method="fluid").run_many("HH", [(1, 1), (2, 2)])
     events = Simulator(stream, slos=slos, method="events").run_many("HH", [(1, 1), (2, 2)])
     assert [r.slo_met for r in fluid] == [r.slo_met for r in events] == [True, True]
+
+
+def test_run_points_of_the_wrong_shape_is_one_clear_error():
+    """run_points(["HH"]) read the string as the point ('H', 'H'): "design 'H' is unknown"."""
+    sim = Simulator(load_workload("coding").generate(5.0, duration_s=10.0, seed=0))
+    for bad in (["HH"], "HH", [{"design": "HH", "prompt": 2, "token": 1}]):
+        with pytest.raises(SplitwisePlanError, match=r"run_points takes a list of \(design, prompt machines"):
+            sim.run_points(bad)
+    assert len(sim.run_points(p for p in [("HH", 2, 1), ("H100", 3, 0)])) == 2
