@@ -189,12 +189,6 @@ class PlanRequest:
                 raise SplitwisePlanError(f"--goal {self.goal} needs --rps (requests per second) or --trace")
             if self.rps is not None and self.trace is not None:
                 raise SplitwisePlanError("--trace replays the file at its own rate; give --rps or --trace, not both")
-        if self.trace is not None:   # (the command line refuses these flags with --trace too)
-            shaping = [f"{k}={getattr(self, k)!r}" for k, v in (("workload", "coding"), ("duration", 120.0),
-                                                               ("seed", 0), ("seeds", 1)) if getattr(self, k) != v]
-            if shaping:
-                raise SplitwisePlanError(f"trace replays its stream as it is; {', '.join(shaping)} "
-                                         "shape a generated stream only: drop them or the trace")
         # numbers as plain Python ones (numpy scalars and numeric strings too): reports serialize them
         for name in ("seeds", "tp", "jobs", "seed", "max_confirm", "batch"):   # "8" as the rate's "70" is
             v = getattr(self, name)
@@ -217,6 +211,12 @@ class PlanRequest:
         for k, v in fields.items():   # a plain int or float stays as given (study names hash the request)
             if type(getattr(self, k)) not in (int, float):
                 object.__setattr__(self, k, v)
+        if self.trace is not None:   # (the command line refuses these flags with --trace too)
+            shaping = [f"{k}={getattr(self, k)!r}" for k, v in (("workload", "coding"), ("duration", 120.0),
+                                                               ("seed", 0), ("seeds", 1)) if getattr(self, k) != v]
+            if shaping:
+                raise SplitwisePlanError(f"trace replays its stream as it is; {', '.join(shaping)} "
+                                         "shape a generated stream only: drop them or the trace")
         if self.search_method not in (*METHODS, "auto"):
             raise SplitwisePlanError(f"search method {self.search_method!r} is unknown; valid: auto, {', '.join(METHODS)}")
         if self.confirm_method not in METHODS:
