@@ -316,6 +316,18 @@ def test_progress_quiet_and_quick_runs_print_nothing():
     assert bar.completed == 3 and not bar.shown
 
 
+def test_a_run_stopped_before_its_bar_showed_still_says_so():
+    """A check stopped in its first second exited 130 with nothing on stderr; a quick run that ends
+    prints nothing still, and --quiet still silences it."""
+    for quiet, said in ((False, "checking: 1/3 stopped (Ctrl-C) after "), (True, "")):
+        c = _console()
+        with pytest.raises(KeyboardInterrupt):
+            with progress(3, "checking", delay_s=30.0, console=c, quiet=quiet) as bar:
+                bar.advance(1)
+                raise KeyboardInterrupt
+        assert c.file.getvalue().startswith(said) and c.file.getvalue().count("\n") == (1 if said else 0)
+
+
 def test_progress_after_delay_is_one_plain_line_when_not_a_terminal():
     c = _console()
     with progress(4, "sweeping", delay_s=0.0, console=c) as bar:
