@@ -139,7 +139,9 @@ def check_cmd(
     if csv_out is not None:
         write_csv(csv_out, [{**inp.csv_row(r, rate), "headroom": headroom} for (rate, _), r in zip(loads, results)])
     if json_out is not None:
-        doc = build_report("check", inp.report(cluster_file=str(cluster_file)),   # each result with its rate
+        # the rate asked for; with --headroom two streams, each result with its rate and requests
+        asked = {"rate_rps": float(base_rate), "requests": None} if factor != 1.0 else {}
+        doc = build_report("check", {**inp.report(cluster_file=str(cluster_file)), **asked},
                            [{**r.to_dict(), "rate_rps": rate} for (rate, _), r in zip(loads, results)], check=check)
         if json_out == STDOUT:
             _print_json(doc)

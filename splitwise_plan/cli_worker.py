@@ -41,7 +41,7 @@ def worker_cmd(
 
     e.g. `splitwise-plan worker --storage postgresql://plan@db/plans --study sweep70`.
     """
-    from .reports import atomic_write_text
+    from .reports import atomic_write_text, is_stdout
     from .study import run_worker
 
     def log(line: str) -> None:
@@ -58,6 +58,8 @@ def worker_cmd(
         typer.echo(text)
     elif json_out is not None:
         atomic_write_text(json_out, text + "\n", what="JSON summary")
-    if json_out != STDOUT:
-        typer.echo(f"worker: told {out['told']} trials ({out['simulated']} simulated) in "
-                   f"{len(out['studies'])} stud{'y' if len(out['studies']) == 1 else 'ies'}, {out['seconds']:.1f} s")
+    # the summary line goes where the report does not: stdout, or stderr when the report is there
+    report_on_stdout = json_out is not None and (json_out == STDOUT or is_stdout(json_out))
+    typer.echo(f"worker: told {out['told']} trials ({out['simulated']} simulated) in "
+               f"{len(out['studies'])} stud{'y' if len(out['studies']) == 1 else 'ies'}, {out['seconds']:.1f} s",
+               err=report_on_stdout)

@@ -345,8 +345,10 @@ class DesignPlan:
         """The answer as the JSON report has it; ``rate_bound``: ``bound`` is a rate (max-throughput: the
         capacity model's upper bound, ``bound_rps``), else the ILP's lower bound on the cost or power."""
         r = self.result
-        return {"design": self.design, "short": self.short, "status": self.status, "prompt_machines": self.prompt,
-                "token_machines": self.token, "machines": self.machines, "cost": _num(round(self.cost, 6)),
+        none = self.machines == 0   # no answer (infeasible, or nothing held): no count, as no cost
+        return {"design": self.design, "short": self.short, "status": self.status,
+                "prompt_machines": None if none else self.prompt, "token_machines": None if none else self.token,
+                "machines": None if none else self.machines, "cost": _num(round(self.cost, 6)),
                 "power": _num(round(self.power, 6)), "rate_rps": _num(self.rate), "slo_headroom": _num(self.headroom),
                 "slo_met": None if r is None else bool(r.slo_met),
                 "tightest": None if r is None or not r.tightest else {

@@ -56,6 +56,8 @@ def test_check_json_report(capsys, write, tmp_path):
     assert doc["check"]["passed"] is True and doc["check"]["headroom"] == 0.2
     assert doc["check"]["checked_rps"] == 6.0   # 5 x 1.2 to the digits printed: check --rps 6 is the same stream
     assert doc["check"]["cluster"]["design"] == "splitwise-hh" and doc["inputs"]["cluster_file"]
+    # the inputs say the rate asked for (they said the raised one), and no one stream's request count
+    assert doc["inputs"]["rate_rps"] == 5.0 and doc["inputs"]["requests"] is None
     assert doc["results"][0]["slo"]["met"] is True
     # each result says the rate it was simulated at (the raised one, then the rate asked for)
     assert [r["rate_rps"] for r in doc["results"]] == [x["rate_rps"] for x in doc["check"]["rates"]] == [

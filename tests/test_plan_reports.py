@@ -21,7 +21,7 @@ import splitwise_plan.progress as progress_mod
 import splitwise_plan.reports as reports
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.plan_reports import comparison, csv_rows, plan_report, plan_title, write_reports
+from splitwise_plan.plan_reports import comparison, csv_columns, csv_rows, plan_report, plan_title, write_reports
 from splitwise_plan.planner import DesignPlan, PlanRequest, PlanResult, plan
 
 QUICK = ["--goal", "min-cost", "--rps", "10", "--designs", "HH,H100", "--duration", "20",
@@ -514,3 +514,25 @@ def test_render_plan_writes_to_a_text_file_and_says_when_nothing_was_simulated()
     render_plan(res, console=buf)
     assert "the budget of 1 buys no complete splitwise-hh" in buf.getvalue()
     assert "No design could be planned (none was simulated)" in buf.getvalue()
+
+
+def test_the_plan_csv_header_is_one_whatever_the_results():
+    """The columns were the rows' keys as first seen: a design never simulated moved 'note', none confirmed
+    dropped it, all infeasible left 7 columns. A reader of several plans' CSVs needs one header."""
+    from splitwise_plan import plan
+    from splitwise_plan.reports import csv_text
+    ok = plan(goal="min-cost", rps=10, duration=10, designs="HH", jobs=1)
+    none = plan(goal="max-throughput", budget_power="1xH100", duration=10, designs="HH", jobs=1)
+    headers = [csv_text(csv_rows(r), csv_columns(r)).splitlines()[0] for r in (ok, none)]
+    assert headers[0] == headers[1]
+    assert headers[0].split(",")[:6] == ["rate_rps", "seed", "design", "status", "phase", "chosen"]
+    assert headers[0].endswith(",method,note") and set(csv_rows(ok)[0]) <= set(headers[0].split(","))
+
+
+def test_a_design_with_no_answer_has_no_machine_count_in_the_json():
+    """An infeasible design read 0 machines (a value) beside a null cost; the CSV left them empty."""
+    from splitwise_plan import plan
+    res = plan(goal="max-throughput", budget_power="1xH100", duration=10, designs="HH", jobs=1)
+    entry = plan_report(res)["results"][0]
+    assert entry["cost"] is None
+    assert (entry["prompt_machines"], entry["token_machines"], entry["machines"]) == (None, None, None)

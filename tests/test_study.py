@@ -392,6 +392,18 @@ def test_cli_worker_errors(tmp_path):
     one_line_error(runner.invoke(app, ["worker"]), "--storage")
 
 
+def test_worker_json_on_stdout_is_the_report_alone(tmp_path):
+    """worker --json /dev/stdout printed its summary line after the JSON: not JSON any more."""
+    db = tmp_path / "w.db"
+    plan(goal="min-cost", rps=10, duration=10, designs="HH", jobs=1, storage=f"sqlite:///{db}", study="w")
+    for target in ("/dev/stdout", "-"):
+        proc = subprocess.run([sys.executable, "-m", "splitwise_plan", "worker", "--storage", f"sqlite:///{db}",
+                               "--study", "w", "--json", target], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["told"] == 0, proc.stdout
+        assert proc.stderr.splitlines()[-1].startswith("worker: told 0 trials"), proc.stderr
+
+
 
 def sqlite_names(path: Path) -> list:
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
