@@ -899,6 +899,7 @@ class _Run:
         busy = np.zeros((D, self.C))           # utilization, sampled as in splitwise()
         sampled = 0                             # bucket boundaries sampled so far
         last_end = np.zeros((D, self.C))       # when each machine's last decode ends
+        stop = np.full(D, N)                    # the first request each design does not finish (overloaded)
 
         def sample(upto):
             """Which machines are busy at each bucket boundary up to ``upto``: a decode has not ended
@@ -937,6 +938,9 @@ class _Run:
             at = pq.batch_start(i, t, j)[:, None]
             riding = _count((rdy <= at + eps) & (ends > at + half)).astype(np.float64)
             start, delta, fresh, ride, ready = pq.step(i, t, j, riding)
+            if start[start.argmax()] - t > self.overload_s:   # overloaded, as in splitwise(): its later requests
+                over = (start - t > self.overload_s) & (stop == N)   # are unfinished (it runs on, unreported)
+                stop[over] = i + 1
             # the machine's running decodes wait out the new batch time
             loss = delta[:, None] - np.where((fresh & ride)[:, None], dtau[rows, j], 0.0)
             dend[rows, j] = ends + np.where(ends > start[:, None] + half, np.maximum(loss, 0.0), 0.0)
@@ -954,7 +958,7 @@ class _Run:
         done[dreq[live], np.broadcast_to(rows[:, None, None], dreq.shape)[live]] = dend[live]
         none = np.zeros(D, dtype=bool)
         busy_s = np.stack([busy.sum(axis=1), np.zeros(D)], axis=1) * _RING_S   # one pool
-        return self._outcome(busy_s, pq.ttft(), done[:N], none, np.full(D, N), none)
+        return self._outcome(busy_s, pq.ttft(), done[:N], none, stop, none)
 
 
 def _count(flags) -> np.ndarray:

@@ -663,3 +663,15 @@ def test_run_points_of_the_wrong_shape_is_one_clear_error():
         with pytest.raises(SplitwisePlanError, match=r"run_points takes a list of \(design, prompt machines"):
             sim.run_points(bad)
     assert len(sim.run_points(p for p in [("HH", 2, 1), ("H100", 3, 0)])) == 2
+
+
+def test_the_fluid_model_marks_an_overloaded_baseline_as_the_oracle_does():
+    """A Baseline-A100 far too small ran every request to the end in the fluid model (all 'completed',
+    overloaded false, thousands waiting over 35 s); the oracle stopped it as overloaded."""
+    stream = load_workload("coding").generate(70.0, duration_s=60.0, seed=0)
+    sim = Simulator(stream, model="llama2-70b", tensor_parallel=4)
+    fluid, events = sim.run("A100", 12, 0, method="fluid"), sim.run("A100", 12, 0, method="events")
+    assert events.overloaded and fluid.overloaded
+    assert fluid.completed < fluid.requests and not fluid.slo_met
+    ok = sim.run("A100", 60, 0, method="fluid")   # a baseline that keeps up is not stopped
+    assert not ok.overloaded and ok.completed == ok.requests
