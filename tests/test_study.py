@@ -400,7 +400,8 @@ def test_worker_json_on_stdout_is_the_report_alone(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "splitwise_plan", "worker", "--storage", f"sqlite:///{db}",
                                "--study", "w", "--json", target], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        assert json.loads(proc.stdout)["told"] == 0, proc.stdout
+        doc = json.loads(proc.stdout)
+        assert doc["told"] == 0 and doc["command"] == "worker" and doc["schema_version"] == 2, proc.stdout
         assert proc.stderr.splitlines()[-1].startswith("worker: told 0 trials"), proc.stderr
 
 
