@@ -41,8 +41,7 @@ def worker_cmd(
 
     e.g. `splitwise-plan worker --storage postgresql://plan@db/plans --study sweep70`.
     """
-    from . import __version__
-    from .reports import SCHEMA_VERSION, TOOL_NAME, atomic_write_text, is_stdout
+    from .reports import atomic_write_text, envelope, is_stdout
     from .study import run_worker
 
     def log(line: str) -> None:
@@ -55,8 +54,7 @@ def worker_cmd(
         positive_number(wait, "--wait")
     out = run_worker(storage, study, trials=trials, batch=batch, wait_s=wait, log=log)
     # with the envelope keys of the other commands' reports, so that a reader can tell them apart
-    text = json.dumps({"schema_version": SCHEMA_VERSION, "tool": {"name": TOOL_NAME, "version": __version__},
-                       "command": "worker", **out}, indent=2)
+    text = json.dumps({**envelope("worker"), **out}, indent=2)
     if json_out == STDOUT:
         typer.echo(text)
     elif json_out is not None:

@@ -217,24 +217,18 @@ def comparison(result: PlanResult) -> list[dict]:
     return out
 
 
-_CSV_HEAD = ("rate_rps", "seed", "design", "status", "phase", "chosen", "model", "prompt_machines", "token_machines",
-             "machines", "cost", "power", "slo_met", "requests", "completed")
-_CSV_TAIL = ("tightest_slo", "tightest_ratio", "utilization", "prompt_utilization", "token_utilization", "oom",
-             "overloaded", "stopped_early", "method", "note")
-
-
 def csv_columns(result: PlanResult, rows: list[dict] | None = None) -> list[str]:
     """The plan CSV's columns, in one order whatever the results (a design never simulated, or none
     confirmed, took the header apart): the nine percentiles (and any others an SLO asks) of each metric
     in seconds, then as slowdowns, between the design's numbers and its tightest SLO and flags."""
     from .metrics import METRICS, PERCENTILES
+    from .simulator import SimulationResult
 
     rows = csv_rows(result) if rows is None else rows
     pcts = set(PERCENTILES) | {float(k.split("_p", 1)[1].rsplit("_", 1)[0]) for r in rows for k in r
                                if k.startswith(METRICS) and k.endswith("_s") and "_p" in k}
-    pcts = sorted({float(p) for p in pcts})
-    lat = [f"{m}_p{p:g}_{kind}" for kind in ("s", "slowdown") for m in METRICS for p in pcts]
-    cols = [*_CSV_HEAD, *lat, *_CSV_TAIL]
+    flat = SimulationResult.flat_columns(sorted({float(p) for p in pcts}))
+    cols = ["rate_rps", "seed", "design", "status", "phase", "chosen", *flat[1:], "note"]   # (flat[0]: design)
     extra = [k for r in rows for k in r if k not in cols]   # (none today: a future key is kept, at the end)
     return cols + list(dict.fromkeys(extra))
 

@@ -212,8 +212,9 @@ class PlanRequest:
             if type(getattr(self, k)) not in (int, float):
                 object.__setattr__(self, k, v)
         if self.trace is not None:   # (the command line refuses these flags with --trace too)
-            shaping = [f"{k}={getattr(self, k)!r}" for k, v in (("workload", "coding"), ("duration", 120.0),
-                                                               ("seed", 0), ("seeds", 1)) if getattr(self, k) != v]
+            default = {f.name: f.default for f in dataclasses.fields(self)}
+            shaping = [f"{k}={getattr(self, k)!r}" for k in ("workload", "duration", "seed", "seeds")
+                       if getattr(self, k) != default[k]]
             if shaping:
                 raise SplitwisePlanError(f"trace replays its stream as it is; {', '.join(shaping)} "
                                          "shape a generated stream only: drop them or the trace")

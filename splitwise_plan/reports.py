@@ -318,12 +318,16 @@ def report_inputs(*, model: str, tensor_parallel: int, workload: str | None = No
     return doc
 
 
+def envelope(command: str) -> dict:
+    """What every report (and the worker's summary) starts with: schema version, tool, command."""
+    return {"schema_version": SCHEMA_VERSION, "tool": {"name": TOOL_NAME, "version": __version__},
+            "command": command}
+
+
 def build_report(command: str, inputs: Mapping, results: Iterable = (), **extra) -> dict:
     """A report object: schema version, tool, command, inputs, results (+ any extra sections)."""
     doc = {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": TOOL_NAME, "version": __version__},
-        "command": command,
+        **envelope(command),
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "inputs": dict(inputs),
         "results": [r.to_dict() if hasattr(r, "to_dict") else dict(r) for r in results],

@@ -73,6 +73,13 @@ def starting_workers():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+# the columns of a flat row around its percentiles (see SimulationResult.flat_columns)
+_FLAT_HEAD = ("design", "model", "prompt_machines", "token_machines", "machines", "cost", "power", "slo_met",
+              "requests", "completed")
+_FLAT_TAIL = ("tightest_slo", "tightest_ratio", "utilization", "prompt_utilization", "token_utilization", "oom",
+              "overloaded", "stopped_early", "method")
+
+
 @dataclass(frozen=True)
 class SimulationResult:
     """What one design point gives on one request stream."""
@@ -132,11 +139,10 @@ class SimulationResult:
         }
 
     def flat(self) -> dict:
-        """One flat row for CSV reports."""
-        row = {"design": self.design, "model": self.model, "prompt_machines": self.prompt_machines,
-               "token_machines": self.token_machines, "machines": self.machines,
-               "cost": round(self.cost, 6), "power": round(self.power, 6), "slo_met": self.slo_met,
-               "requests": self.requests, "completed": self.completed}
+        """One flat row for CSV reports, its keys in the order of :meth:`flat_columns`."""
+        row = dict(zip(_FLAT_HEAD, (self.design, self.model, self.prompt_machines, self.token_machines,
+                                    self.machines, round(self.cost, 6), round(self.power, 6), self.slo_met,
+                                    self.requests, self.completed)))
         for kind, d in (("s", self.latency_s), ("slowdown", self.slowdown)):
             for m, by_p in d.items():
                 for p, v in by_p.items():
@@ -144,10 +150,17 @@ class SimulationResult:
         if self.tightest:
             row["tightest_slo"] = f"{self.tightest['metric']}_p{self.tightest['percentile']:g}"
             row["tightest_ratio"] = float(self.tightest["ratio"])
-        row.update(utilization=self.utilization, prompt_utilization=self.prompt_utilization,
-                   token_utilization=self.token_utilization, oom=self.oom, overloaded=self.overloaded,
-                   stopped_early=self.stopped_early, method=self.method)
+        row.update(zip(_FLAT_TAIL[2:], (self.utilization, self.prompt_utilization, self.token_utilization,
+                                        self.oom, self.overloaded, self.stopped_early, self.method)))
         return row
+
+    @staticmethod
+    def flat_columns(percentiles=PERCENTILES) -> list[str]:
+        """The keys a :meth:`flat` row may have, in order, with these percentiles of each metric (a row
+        lacks the tightest SLO's two where there is none)."""
+        from .metrics import METRICS
+        lat = [f"{m}_p{p:g}_{kind}" for kind in ("s", "slowdown") for m in METRICS for p in percentiles]
+        return [*_FLAT_HEAD, *lat, *_FLAT_TAIL]
 
 
 def overload_wait(slos: SLOSet, reference) -> float:
