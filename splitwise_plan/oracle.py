@@ -28,6 +28,16 @@ _PENDING, _SCHED_MEM = attrgetter("sched_pending"), attrgetter("sched_mem")   # 
 _PROGRESS_EVERY = 8192  # events between two reports to ``on_arrivals``
 
 
+def _least_of_all(group, key, need: float):
+    """The least-``key`` machine of ``group`` (None if it is empty): every machine holds ``need`` bytes."""
+    return min(group, key=key) if group else None
+
+
+def _least(group, key, need: float):
+    """The least-``key`` machine of ``group`` whose KV room holds ``need`` bytes, or None."""
+    return min((i for i in group if i.room >= need), key=key, default=None)
+
+
 @dataclass(frozen=True)
 class RequestTimes:
     """Per-request outcome of a simulation, in seconds from each request's arrival."""
@@ -80,6 +90,7 @@ class _Instance:
         self.mixed = False
         self.max_mem = float(pool.instance_hbm_bytes)
         weights = float(sim.cluster.model.weights_bytes)
+        self.room = self.max_mem - weights  # KV-cache bytes it can ever hold
         self.mem = weights
         self.sched_mem = weights
         self.sched_pending = 0
@@ -343,6 +354,8 @@ class _Sim:
         self.deadlocked = False     # only retries were left, none of which can succeed: the run ends
         # the most KV-cache bytes any machine holds: a request needing more never runs (flagged as oom)
         self.largest_kv = cluster.kv_room
+        # and the fewest any machine holds: a request needing more is routed only where it fits
+        self.smallest_kv = min(i.room for i in self.instances)
         self._iter_times: dict = {}
 
     def iteration_time(self, lat, n_prompt_tokens, n_decode) -> float:
@@ -370,39 +383,44 @@ class _Sim:
             inst.sched_pending += req.prompt + (req.output > 1)
             self._chain(req, inst, mem_p, mem_t, add_sched_mem=False)
             return
+        # where machines differ in memory and some cannot hold this request, only those that can
+        # are candidates (the reference's clusters never meet this: a machine that never holds a
+        # prompt's KV cache would block its queue forever behind it)
+        least = _least if mem_p + mem_t > self.smallest_kv else _least_of_all
         alone = req.output <= 1     # its prompt makes its only token: no token machine, no transfer
         p_inst = None
         for group in (self.prompt_pool, self.mixed_pool):
-            if group:
-                cand = min(group, key=_PENDING)
+            cand = least(group, _PENDING, mem_p)
+            if cand is not None:
                 long = cand.pending and cand.sched_pending + req.prompt > cfg.prompt_max_pending_tokens
                 if not long:
                     p_inst = cand
                     break
         t_inst = None
         for group in (self.token_pool, self.mixed_pool) if not alone else ():
-            if group:
-                cand = min(group, key=_SCHED_MEM)
-                if cand.sched_mem + mem_p + mem_t < cand.max_mem:
-                    t_inst = cand
-                    break
+            cand = least(group, _SCHED_MEM, mem_p + mem_t)
+            if cand is not None and cand.sched_mem + mem_p + mem_t < cand.max_mem:
+                t_inst = cand
+                break
         if cfg.mixed_pool:
             if p_inst is None and self.token_pool:
-                p_inst = min(self.token_pool, key=_PENDING)
-                self.token_pool.remove(p_inst)
-                self.mixed_pool.append(p_inst)
-                p_inst.mixed = True
+                p_inst = least(self.token_pool, _PENDING, mem_p)
+                if p_inst is not None:
+                    self.token_pool.remove(p_inst)
+                    self.mixed_pool.append(p_inst)
+                    p_inst.mixed = True
             if t_inst is None and self.prompt_pool and not alone:
-                t_inst = min(self.prompt_pool, key=_SCHED_MEM)
-                self.prompt_pool.remove(t_inst)
-                self.mixed_pool.append(t_inst)
-                t_inst.mixed = True
+                t_inst = least(self.prompt_pool, _SCHED_MEM, mem_p + mem_t)
+                if t_inst is not None:
+                    self.prompt_pool.remove(t_inst)
+                    self.mixed_pool.append(t_inst)
+                    t_inst.mixed = True
         if alone and p_inst is not None:
             t_inst = p_inst
         if p_inst is None or t_inst is None:
             if cfg.mixed_pool:
                 every = self.prompt_pool + self.mixed_pool + self.token_pool
-                p_inst = t_inst = min(every, key=_PENDING)
+                p_inst = t_inst = least(every, _PENDING, mem_p + mem_t) or min(every, key=_PENDING)
             else:   # strict pools: queue on the least loaded machine of each pool
                 p_inst = p_inst or min(self.prompt_pool, key=_PENDING)
                 t_inst = t_inst or min(self.token_pool, key=_SCHED_MEM)
@@ -509,6 +527,10 @@ class _Sim:
             events += 1
             if on_arrivals is not None and not events % _PROGRESS_EVERY:
                 on_arrivals(self.arrived)
+        if not self.heap and np.isnan(self.e2e).any():
+            # the events ran out with requests unfinished: each waits for KV-cache memory that nothing
+            # will free (a machine's queue behind a task it cannot hold), never a silent loss
+            self.oom = True
         busy = np.array([i.busy for i in self.instances])
         return RequestTimes(self.ttft, self.e2e, busy, self.now, self.oom, self.overloaded)
 

@@ -553,6 +553,40 @@ def test_a_machine_holds_only_whole_tensor_parallel_instances(write):
     assert res.get("AA").status == "ok"
 
 
+def _small_token_machines(hbm_gib: int) -> dict:
+    """The shipped machines, and a DGX-A100 of ``hbm_gib`` GiB GPUs as token machine: BLOOM-176B's
+    weights leave it little KV room (14.6 GB at 40 GiB: about 3,600 tokens)."""
+    from dataclasses import replace
+    from splitwise_plan.machines import BUILTIN_MACHINES
+    small = replace(BUILTIN_MACHINES["dgx-a100"], name="a100-small", hbm_bytes_per_gpu=hbm_gib * 2**30)
+    return {**BUILTIN_MACHINES, "a100-small": small}
+
+
+@pytest.mark.parametrize("method", ["events", "fluid"])
+def test_a_request_is_never_routed_to_a_machine_that_cannot_hold_it(method):
+    """H100 prompt machines and token machines of 40 GiB GPUs: the long queues borrow the token machines
+    for prompts, and a prompt whose KV cache outgrows such a machine blocked its queue forever, the
+    short prompts behind it too (86 of 90 finished, with no reason given). A machine that can never hold
+    a request is no candidate for it: every request finishes."""
+    stream = load_workload("coding").generate(10, duration_s=10.0, seed=0)
+    sim = Simulator(stream, machines=_small_token_machines(40), method=method)
+    r = sim.run("dgx-h100:a100-small", 4, 2)
+    assert (r.requests, r.completed, r.oom) == (90, 90, False)
+
+
+def test_requests_left_waiting_when_the_events_run_out_are_flagged():
+    """Strict pools, and prompt machines whose KV room (~14.6 GB) is less than one prompt's (~24 GB)
+    while the token machines hold it: the prompt waits for memory forever on its only possible machine.
+    The run ends with it unfinished and the overflow flagged, never a silent loss."""
+    from dataclasses import replace
+    from splitwise_plan.cluster import SchedulerConfig
+    stream = RequestStream(np.array([0.0, 1.0]), np.array([6_000, 500]), np.array([10, 10]))
+    strict = replace(SchedulerConfig(), mixed_pool=False)
+    sim = Simulator(stream, machines=_small_token_machines(40), scheduler=strict, method="events")
+    r = sim.run("a100-small:dgx-h100", 2, 1)
+    assert r.completed == 1 and r.oom and not r.slo_met
+
+
 def test_transfers_that_can_never_get_memory_end_the_run_instead_of_hanging_it():
     """Llama2-70B at TP2 leaves a token instance 37 GB for KV: in HH 7+5 at 70 req/s (seed 1) the
     memory that waiting transfers reserve is all the decodes need, and every pending event becomes a
