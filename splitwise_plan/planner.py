@@ -597,9 +597,10 @@ class _OverSeeds:
     a point that holds on the first stream only (which confirmation then rejects, and the next,
     until the design is given up)."""
 
-    def __init__(self, inputs: Inputs, req: PlanRequest, method: str, first: Simulator) -> None:
+    def __init__(self, inputs: Inputs, req: PlanRequest, method: str, first: Simulator, rate=None) -> None:
         seeds = _seeds(inputs, req)
-        self.sims = [first] + [inputs.simulator(inputs.stream(req.rps, s), method, search=True) for s in seeds[1:]]
+        rate = req.rps if rate is None else rate   # max-throughput searches at rates of its own
+        self.sims = [first] + [inputs.simulator(inputs.stream(rate, s), method, search=True) for s in seeds[1:]]
         self.tags = [None] if inputs.trace is not None else seeds   # each result's stream (a trace has no seed)
 
     def run_points(self, points) -> list:
@@ -964,6 +965,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
     r_hi = ilp.scale * sim0.stream.rate * cm0.max_load if ilp.feasible else 0.0
     batch = req.batch or default_batch(method, d)
     tol = req.rate_tol
+    streams = len(_seeds(inputs, req))   # simulations a search point costs
     evals = 0
     threshold = 1.0 - req.margin
     cache: dict = {}   # rate -> (evaluator, passing points)
@@ -980,14 +982,18 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         order = [i for i in np.argsort(-head, kind="stable") if ok[i]]
         cand = [pts[i] for i in order]
         cand = [p for p in prefer if p in cand] + [p for p in cand if p not in prefer]
-        ev = Evaluator(sim, d.name, method, jobs=max(1, req.jobs if req.jobs > 0 else 1), threshold=threshold)
+        if streams > 1:   # each point's worst over the seeds' streams, as confirmation asks
+            seeds = _OverSeeds(inputs, req, method, sim, rate)
+            ev = Evaluator(run=lambda pts: seeds.run_many(d.name, pts), threshold=threshold)
+        else:
+            ev = Evaluator(sim, d.name, method, jobs=max(1, req.jobs if req.jobs > 0 else 1), threshold=threshold)
         passing = []
         for k in range(0, len(cand), batch):
             res = ev(cand[k:k + batch])
             passing += [pt for pt, r in zip(cand[k:k + batch], res) if ev.ok(r)]
             if passing:
                 break
-        evals += ev.evaluations
+        evals += ev.evaluations * streams
         cache[rate] = (ev, passing, cand)
         return passing
 
@@ -1000,7 +1006,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
             prefer = passing
         else:
             hi_k = mid
-    confirm = _Confirmer(inputs, req, method)
+    confirm = _Confirmer(inputs, req, method, search_over_seeds=True)
 
     refused: dict = {}          # rate step -> points the confirm simulator rejected there
 
@@ -1017,7 +1023,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         rest = [p for p in cand if p not in ev.cache]
         if rest:   # see every candidate at this rate to pick the one with most headroom
             ev(rest)
-            evals += len(rest)
+            evals += len(rest) * streams
         ranked = sorted((p for p in cand if p not in refused.get(k, ()) and (k > lo_k or ev.ok(ev.cache[p]))),
                         key=lambda p: _ratio(ev.cache[p]))
         return (ranked[0], ev.cache[ranked[0]]) if ranked else (None, None)

@@ -192,6 +192,24 @@ def test_seeds_search_over_the_same_streams_as_confirmation():
     assert d.cost <= (28 * 4.76 + 2 * 2.21) * 1.05   # within 5% of that one
 
 
+def test_max_throughput_searches_over_every_seeds_stream():
+    """Within 400 power units (Splitwise-HH 8+1 is 396), over two 30 s streams: the search ran on the
+    first stream alone, so its rates were the first stream's, and the answer stopped at 17.5 req/s,
+    below the 18 that 8+1 holds on both streams under the oracle."""
+    from splitwise_plan.simulator import Simulator
+    from splitwise_plan.workloads import load_workload
+
+    def holds(rate, pt):
+        return all(Simulator(load_workload("coding").generate(rate, duration_s=30, seed=s), method="events")
+                   .run("HH", *pt).slo_met for s in (0, 1))
+
+    assert holds(18.0, (8, 1))
+    d = plan(goal="max-throughput", budget_power=400, seeds=2, duration=30, designs="HH", jobs=1).get("HH")
+    assert d.status == "ok" and d.rate >= 18.0, (d.rate, d.note)
+    assert holds(d.rate, (d.prompt, d.token))
+    assert {r.seed for _, r in d.evaluated} == {0, 1}   # each search point's worst stream
+
+
 def test_a_plan_says_when_requests_are_too_big_for_every_instance(write):
     """18 GiB GPUs leave a Llama2-70B instance 19.6 GB beside its weights: the longest coding requests
     never get their KV cache, so no design finishes every request, and the plan must say why."""
