@@ -117,9 +117,8 @@ def check_cmd(
         if not inp.stream.duration_s > 0:
             raise SplitwisePlanError(f"trace {trace}: all its requests arrive at one instant, so it has no rate "
                                      "for --headroom to raise; give --headroom 0 or a trace that spans time")
-        inp.stream = _scaled_trace(inp.stream, factor)
-        inp.rate = inp.stream.rate
-        inp.duration_s = inp.stream.duration_s
+        inp.stream = _scaled_trace(inp.stream, factor)   # (the report's duration stays the trace's own,
+        inp.rate = inp.stream.rate                       # beside the rate asked for)
     base_rate = rps if rps is not None else inp.rate / factor
     loads = [(inp.rate, inp.stream)]
     if factor != 1.0:   # and the rate itself: each rate is its own stream, and headroom must never pass a cluster

@@ -11,7 +11,7 @@ import pytest
 from splitwise_plan.cli import main
 from splitwise_plan.cli_check import find_capacity
 from splitwise_plan.cluster_file import load_cluster
-from splitwise_plan.workloads import load_workload
+from splitwise_plan.workloads import load_trace, load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--duration", "20", "--method", "events", "--quiet"]
@@ -98,6 +98,11 @@ def test_check_trace_with_headroom(capsys, write, tmp_path):
     assert code in (0, 1), err
     doc = json.loads(j.read_text())
     assert doc["check"]["checked_rps"] == pytest.approx(1.5 * doc["check"]["rate_rps"])
+    # the inputs describe the trace as given: its rate with its own span (the raised rate's stream
+    # is the trace squeezed to two thirds of it, which the report gave beside the rate asked for)
+    own = load_trace(trace)
+    assert doc["inputs"]["rate_rps"] == pytest.approx(own.rate) == pytest.approx(doc["check"]["rate_rps"])
+    assert doc["inputs"]["duration_s"] == pytest.approx(own.duration_s)
 
 
 @pytest.mark.parametrize("text, match", [
