@@ -110,6 +110,11 @@ class SimulationResult:
     def machines(self) -> int:
         return self.prompt_machines + self.token_machines
 
+    @property
+    def tightest_slo(self) -> str | None:
+        """The tightest SLO as reports name it (``tbt_p90``), or None where there is none."""
+        return f"{self.tightest['metric']}_p{self.tightest['percentile']:g}" if self.tightest else None
+
     def __eq__(self, other) -> bool:
         """Equal results (NaN equals NaN here: a baseline has no token pool to be busy)."""
         if not isinstance(other, SimulationResult):
@@ -148,7 +153,7 @@ class SimulationResult:
                 for p, v in by_p.items():
                     row[f"{m}_p{p:g}_{kind}"] = float(v)
         if self.tightest:
-            row["tightest_slo"] = f"{self.tightest['metric']}_p{self.tightest['percentile']:g}"
+            row["tightest_slo"] = self.tightest_slo
             row["tightest_ratio"] = float(self.tightest["ratio"])
         row.update(zip(_FLAT_TAIL[2:], (self.utilization, self.prompt_utilization, self.token_utilization,
                                         self.oom, self.overloaded, self.stopped_early, self.method)))

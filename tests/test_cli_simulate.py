@@ -41,6 +41,15 @@ def test_simulate_table(capsys):
                  "cost", "power", "method events"):
         assert word in out
     assert "Traceback" not in err
+    # each row's numbers are the JSON's, seconds under "latency, s" and the slowdown under "slowdown"
+    doc = json.loads(run(capsys, "simulate", "--design", "HH", "--prompt", 2, "--token", 1, "--rps", 5, *FAST,
+                         "--json")[1])
+    cells = [[c.strip() for c in line.split("\u2502")[1:-1]] for line in out.splitlines() if line.count("\u2502") > 6]
+    shown = {(c[0].lower(), c[1].lower()): (float(c[2]), float(c[3])) for c in cells}
+    assert len(shown) == 9
+    for (metric, pct), (secs, slow) in shown.items():
+        assert secs == pytest.approx(doc["latency_s"][metric][pct], rel=1e-3)
+        assert slow == pytest.approx(doc["slowdown"][metric][pct], rel=1e-3)
 
 
 def test_simulate_json_stdout_is_one_object_with_issue3_schema(capsys):
@@ -253,6 +262,33 @@ def test_sweep_csv_json_plot(capsys, tmp_path):
     assert doc["schema_version"] == 2 and doc["command"] == "sweep" and len(doc["results"]) == 6
     assert doc["sweep"]["points"] == 6
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_sweeps_csv_json_and_html_give_each_point_the_same_numbers(capsys, tmp_path):
+    """Each CSV cell is the JSON's value of that point, in its column (latency in seconds under ``_s``,
+    slowdown under ``_slowdown``, each pool's utilization under its name), and the HTML table names
+    each point's tightest SLO as the CSV does (it left that column empty)."""
+    c, j, h = tmp_path / "s.csv", tmp_path / "s.json", tmp_path / "s.html"
+    code, _, err = run(capsys, "sweep", "--design", "HH", "--prompt", "1:3", "--token", "1,2", "--rps", 5,
+                       *FAST, "--csv", c, "--json", j, "--plot", h)
+    assert code == 0, err
+    rows = {(int(r["prompt_machines"]), int(r["token_machines"])): r for r in csv.DictReader(c.open())}
+    docs = {(d["prompt_machines"], d["token_machines"]): d for d in json.loads(j.read_text())["results"]}
+    assert rows.keys() == docs.keys()
+    page = h.read_text()
+    for key, d in docs.items():
+        row = rows[key]
+        for m in ("ttft", "tbt", "e2e"):
+            for p in ("p50", "p90", "p99"):
+                assert float(row[f"{m}_{p}_s"]) == pytest.approx(d["latency_s"][m][p], rel=1e-12)
+                assert float(row[f"{m}_{p}_slowdown"]) == pytest.approx(d["slowdown"][m][p], rel=1e-12)
+        for pool in ("prompt", "token"):
+            assert float(row[f"{pool}_utilization"]) == pytest.approx(d["pool_utilization"][pool], abs=1e-6)
+        assert row["tightest_slo"] and f"<td>{row['tightest_slo']}</td>" in page
+    # latency and slowdown are not one number twice: a request's TTFT alone is about its prompt's time
+    # on a DGX-A100 (well under a second at these sizes), and a slowdown is that ratio
+    light = docs[(3, 2)]
+    assert light["slowdown"]["ttft"]["p50"] != pytest.approx(light["latency_s"]["ttft"]["p50"], rel=0.05)
 
 
 @pytest.mark.parametrize("spec, n", [("2:6:2", 3), ("4", 1), ("1,3,5", 3), ("1:2,5", 3)])
