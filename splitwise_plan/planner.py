@@ -1265,6 +1265,13 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, **
         if budget / unit > 2 * MAX_POOL:
             raise SplitwisePlanError(f"--budget-{req.objective} {spec} buys {budget / unit:,.4g} machines; "
                                      f"a plan holds at most {MAX_POOL:,} a pool")
+        # the least complete cluster of each design: one machine, or one prompt and one token machine
+        least = {n: sum(getattr(inputs.machines[m], req.objective) for m in get_design(n).machines)
+                 for n in req.designs}
+        cheapest = min(least, key=least.get)
+        if budget < least[cheapest] * (1.0 - 1e-9):   # nothing to plan: the budget, not the SLOs
+            raise SplitwisePlanError(f"--budget-{req.objective} {spec} buys no complete design: the least is "
+                                     f"{cheapest}'s at {least[cheapest]:g}")
     by_name = {}
 
     def collect(p):

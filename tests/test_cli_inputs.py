@@ -129,6 +129,8 @@ CLUSTER = {"c.toml": 'design = "HH"\nprompt_machines = 2\ntoken_machines = 2\n'}
      "all its requests arrive at one instant"),
     (("--goal", "max-throughput", "--budget-cost", "99999999xH100", "--designs", "HH"), {},
      "buys 1e+08 machines; a plan holds at most 10,000 a pool"),
+    (("--goal", "max-throughput", "--budget-cost", "1", "--designs", "H100,HH"), {},
+     "--budget-cost 1 buys no complete design: the least is baseline-h100's at 4.76"),
     (("worker", "--storage", "sqlite:///{tmp}/s.db", "--study", "x", "--json", "{tmp}"), {}, "is a directory"),
     (("worker", "--storage", "sqlite:///{tmp}/s.db", "--study", "x", "--wait", "-1"), {}, "--wait must be positive"),
     (("simulate", "-d", "HH", "--prompt", "3", "--token", "2", "--trace", "{tmp}/t.csv", "--duration", "30"),

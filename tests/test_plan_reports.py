@@ -505,14 +505,18 @@ def test_plan_report_rates_and_bounds_say_their_unit(capsys, tmp_path):
 
 
 def test_render_plan_writes_to_a_text_file_and_says_when_nothing_was_simulated():
-    """render_plan(console=io.StringIO()) raised AttributeError; a budget that buys no machine read
-    'No design meets all SLOs.', though no SLO was looked at."""
+    """render_plan(console=io.StringIO()) raised AttributeError; a plan whose designs were all left out
+    before any simulation read 'No design meets all SLOs.', though no SLO was looked at."""
     import io
+    from dataclasses import replace
     from splitwise_plan import plan, render_plan
-    res = plan(goal="max-throughput", budget_cost=1, duration=10, designs="HH,A100", jobs=1)
+    res = plan(goal="max-throughput", budget_cost=3, duration=10, designs="HH,A100", jobs=1)
     buf = io.StringIO()
     render_plan(res, console=buf)
-    assert "the budget of 1 buys no complete splitwise-hh" in buf.getvalue()
+    assert "the budget of 3 buys no complete splitwise-hh" in buf.getvalue()
+    none = replace(res, designs=[d for d in res.designs if d.design == "splitwise-hh"])
+    buf = io.StringIO()
+    render_plan(none, console=buf)
     assert "No design could be planned (none was simulated)" in buf.getvalue()
 
 
