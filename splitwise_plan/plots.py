@@ -312,7 +312,7 @@ def _html_table(caption: str, columns: Sequence[str], rows: Sequence[Sequence]) 
     def cell(v):
         if isinstance(v, float):
             return "" if not math.isfinite(v) else f"{v:.4g}"
-        return html.escape(str(v))
+        return "" if v is None else html.escape(str(v))   # no value (a baseline's token pool): as a CSV cell
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "\n".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in r) + "</tr>" for r in rows)
     return (f"<table><caption>{html.escape(caption)}</caption>\n<thead><tr>{head}</tr></thead>\n"
