@@ -196,9 +196,11 @@ def csv_rows(result: PlanResult) -> list[dict]:
         if dp.result is not None:
             rows.append({"rate_rps": dp.rate, "seed": dp.result.seed, **head, "phase": "confirm",
                          "chosen": dp.status == "ok", **dp.result.flat(), "note": dp.note})
-        if not dp.evaluated and dp.result is None:
-            rows.append({"rate_rps": _num(dp.rate), "seed": None, **head, "phase": "none", "chosen": False,
-                         "note": dp.note})
+        if not dp.evaluated and dp.result is None:   # the plan's stream and model all the same, so runs stack
+            req = result.request
+            rate = dp.rate if math.isfinite(dp.rate) else (result.inputs or {}).get("rate_rps", req.rps)
+            rows.append({"rate_rps": _num(rate), "seed": None if req.trace is not None else req.seed, **head,
+                         "phase": "none", "chosen": False, "model": req.model, "note": dp.note})
     return rows
 
 

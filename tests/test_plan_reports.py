@@ -233,6 +233,16 @@ def _result_with_infeasible_design() -> PlanResult:
     return PlanResult(req, (ok, bad), ok.design, (), "fluid", 0.1)
 
 
+def test_a_design_never_simulated_names_the_plans_stream_in_the_csv(write):
+    """A design left out before any simulation (here A100 machines too small for the weights) had empty
+    rate_rps, seed and model in its CSV row: stacked with other runs' CSVs it belonged to none of them."""
+    f = write("m.toml", "[machines.dgx-a100]\nhbm_gib_per_gpu = 16\n")
+    res = plan(goal="min-cost", rps=5, duration=10, designs="A100,H100", machines_file=str(f), jobs=1)
+    row = next(r for r in csv_rows(res) if r["design"] == "baseline-a100")
+    assert row["phase"] == "none" and "do not fit" in row["note"]
+    assert (row["rate_rps"], row["seed"], row["model"]) == (5.0, 0, "bloom-176b")
+
+
 def test_reports_of_an_infeasible_design(tmp_path):
     res = _result_with_infeasible_design()
     rows = csv_rows(res)
