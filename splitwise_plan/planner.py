@@ -356,7 +356,8 @@ class DesignPlan:
                     k: (_num(v) if isinstance(v, float) else v) for k, v in r.tightest.items()},
                 "evaluations": self.evaluations, "confirmations": self.confirmations,
                 "grid_size": self.grid_size, "candidates": self.candidates,
-                "bound": None if rate_bound else _num(self.bound), "bound_rps": _num(self.bound) if rate_bound else None,
+                "bound": None if rate_bound else _num(round(self.bound, 6)),
+                "bound_rps": _num(round(self.bound, 6)) if rate_bound else None,
                 "seconds": round(self.seconds, 3), "note": self.note,
                 "seed": None if r is None else r.seed,   # the stream of ``result`` (the worst of --seeds)
                 "result": self.result.to_dict() if self.result is not None else None}
@@ -574,6 +575,11 @@ class _Pool:
             self.executor.shutdown(wait=True, kill_workers=True)
         else:
             self.executor.shutdown(wait=True)
+
+
+def _point_text(d: Design, pt) -> str:
+    """A design point as the notes write it: ``24+5``, or a baseline's machine count."""
+    return f"{pt[0]}" if d.is_baseline else f"{pt[0]}+{pt[1]}"
 
 
 def _seeds(inputs: Inputs, req: PlanRequest) -> list[int]:
@@ -828,7 +834,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                               evaluations=ev.evaluations * streams, confirmations=confirm.runs,
                               seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate, _first_stream(inputs, req)), **base)
         excluded.append(sr.best)
-        point = f"{sr.best[0]}" if d.is_baseline else f"{sr.best[0]}+{sr.best[1]}"
+        point = _point_text(d, sr.best)
         # three decimals: a miss the search read at 0.997 reads 1.000 rounded to two, like a pass
         rejected.append(f"{point} ({_ratio(ev.cache.get(sr.best)):.3f} -> {_ratio(worst):.3f})")
         if len(excluded) >= req.max_confirm:
@@ -1033,7 +1039,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         the search method's second choice at a rate often holds where its first did not."""
         refused.setdefault(k, set()).add(pt)
         if k <= lo_k:   # above the search's highest rate, a failure is the oracle's limit, not a rejection
-            rejected.append(f"{k * tol:g} req/s {pt[0]}+{pt[1]}")
+            rejected.append(f"{k * tol:g} req/s {_point_text(d, pt)}")
         return len(refused[k]) >= _TRIES_PER_RATE
 
     # The confirm simulator may hold less than the search simulator: gallop down from the
