@@ -199,7 +199,7 @@ def csv_rows(result: PlanResult) -> list[dict]:
         if not dp.evaluated and dp.result is None:   # the plan's stream and model all the same, so runs stack
             req = result.request
             rate = dp.rate if math.isfinite(dp.rate) else (result.inputs or {}).get("rate_rps", req.rps)
-            rows.append({"rate_rps": _num(rate), "seed": None if req.trace is not None else req.seed, **head,
+            rows.append({"rate_rps": None if rate is None else _num(rate), "seed": None if req.trace is not None else req.seed, **head,
                          "phase": "none", "chosen": False, "model": req.model, "note": dp.note})
     return rows
 
