@@ -28,10 +28,11 @@ def plan_title(req: PlanRequest, trace_s: float | None = None, budget: float | N
         rate = f"{req.rps:g} req/s" if req.rps is not None else "the trace's rate"
         title = f"{req.goal} at {rate}"
     workload, duration, seed = _stream_of(req, trace_s)
-    stream = (f"{input_label(workload)}, {duration:g} s, seed {seed}" if req.trace is None
+    several = req.seeds > 1 and req.trace is None   # each design's numbers are its worst stream's (JSON: seed)
+    seeds = f"seeds {seed}-{seed + req.seeds - 1}, each design's worst" if several else f"seed {seed}"
+    stream = (f"{input_label(workload)}, {duration:g} s, {seeds}" if req.trace is None
               else f"trace {input_label(req.trace)}, {duration:g} s")
     return (f"{title} - {req.model}, {stream}"
-            + (f" (worst of {req.seeds} seeds)" if req.seeds > 1 and req.trace is None else "")
             + ("" if req.scheduler.is_reference else f", {req.scheduler.describe()}"))
 
 

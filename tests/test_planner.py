@@ -192,6 +192,24 @@ def test_seeds_search_over_the_same_streams_as_confirmation():
     assert d.cost <= (28 * 4.76 + 2 * 2.21) * 1.05   # within 5% of that one
 
 
+def test_a_plan_over_seeds_reports_its_answers_worst_stream():
+    """Over three streams the report gives each answer's worst: its tightest SLO ratio is the highest of
+    the three streams' own (simulated here apart from the plan), and its title says so. The test above
+    could not tell: it compared the stream the report itself named."""
+    from splitwise_plan import plan_reports
+    from splitwise_plan.simulator import Simulator
+    from splitwise_plan.workloads import load_workload
+    res = plan(goal="min-cost", rps=20, designs="H100", duration=30, seeds=3, seed=4, jobs=1)
+    d = res.get("H100")
+    assert d.status == "ok", d.note
+    ratios = [Simulator(load_workload("coding").generate(20, duration_s=30, seed=s), method="events")
+              .run("H100", d.prompt, d.token).tightest["ratio"] for s in (4, 5, 6)]
+    assert len(set(ratios)) == 3   # three streams that differ, so the worst is one of them
+    assert d.result.tightest["ratio"] == pytest.approx(max(ratios), rel=1e-12)
+    assert d.to_dict()["seed"] == 4 + ratios.index(max(ratios))
+    assert "seeds 4-6, each design's worst" in plan_reports.plan_title(res.request)
+
+
 def test_max_throughput_searches_over_every_seeds_stream():
     """Within 400 power units (Splitwise-HH 8+1 is 396), over two 30 s streams: the search ran on the
     first stream alone, so its rates were the first stream's, and the answer stopped at 17.5 req/s,
