@@ -141,6 +141,24 @@ def test_slowdown_reference_latencies(sim_dir):
     assert 4 < ttft[0] / tbt[0] < 8
 
 
+def test_slowdowns_are_against_the_slo_files_reference_tensor_parallelism(write):
+    """An SLO file's reference_tensor_parallel = 4: a lone request's TTFT slowdown is its TTFT over its
+    prompt's time on a DGX-A100 at TP4, not at TP8 (which no test told apart from a fixed 8)."""
+    from pathlib import Path
+    from splitwise_plan.simulator import Simulator
+    from splitwise_plan.workloads import RequestStream
+    paper = (Path(__file__).resolve().parents[1] / "slos" / "paper.toml").read_text()
+    text = paper.replace("reference_tensor_parallel = 8", "reference_tensor_parallel = 4")
+    assert text != paper
+    stream = RequestStream(np.array([0.0]), np.array([1500]), np.array([20]), name="one")
+    r = Simulator(stream, "llama2-70b", slos=load_slos(write("tp4.toml", text)), method="events").run("HH", 1, 1)
+    profiles = load_profiles()
+    tp4 = profiles.latency_model("llama2-70b", "a100-80gb", 4).prompt_time(1500)
+    tp8 = profiles.latency_model("llama2-70b", "a100-80gb", 8).prompt_time(1500)
+    assert abs(tp4 / tp8 - 1) > 0.1
+    assert r.slowdown["ttft"][50] == pytest.approx(r.latency_s["ttft"][50] / tp4, rel=1e-9)
+
+
 def test_an_slo_files_reference_error_names_the_file(write):
     """A user's copy of paper.toml keeps name = "paper": the error named the shipped set, not the file."""
     from splitwise_plan.profiles import load_profiles
