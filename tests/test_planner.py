@@ -48,6 +48,39 @@ def test_min_cost_equals_the_exhaustive_grid():
         assert a.evaluations < b.evaluations
 
 
+def test_min_power_minimizes_power_where_cost_orders_the_points_otherwise(write):
+    """A100 token machines made cheaper and power-hungry (1.5 and 60 a machine; an H100 is 4.76 and 44): each design's
+    min-power answer is its grid's least-power passing point, its min-cost answer the least-cost one, they
+    differ for Splitwise-HA, and the winners are ranked by each goal's own number (the only min-power test
+    planned all-H100 designs, whose cost and power order every point alike)."""
+    from splitwise_plan.machines import load_machines
+    from splitwise_plan.simulator import Simulator
+    from splitwise_plan.workloads import load_workload
+    f = write("m.toml", "[machines.dgx-a100]\npower = 60\ncost = 1.5\n")
+    n = 12
+    kw = dict(rps=25, duration=20, designs="HA,HH,AA", jobs=1, limits=(("HA", n, n), ("HH", n, n), ("AA", 2 * n, n)),
+              machines_file=str(f), search_method="fluid", confirm_method="fluid")
+    sim = Simulator(load_workload("coding").generate(25, duration_s=20, seed=0), machines=load_machines(f),
+                    method="fluid")
+    grid = [(p, t) for p in range(1, n + 1) for t in range(1, n + 1)]
+    prices = {"HA": ((44.0, 60.0), (4.76, 1.5)), "HH": ((44.0, 44.0), (4.76, 4.76)),   # (power, cost) a pool
+              "AA": ((60.0, 60.0), (1.5, 1.5))}
+    least = {}
+    for design, ((wp, wt), (cp, ct)) in prices.items():
+        pts = grid if design != "AA" else [(p, t) for p in range(1, 2 * n + 1) for t in range(1, n + 1)]
+        ok = [pt for pt, r in zip(pts, sim.run_many(design, pts)) if r.slo_met]
+        least[design] = (min(wp * p + wt * t for p, t in ok), min(cp * p + ct * t for p, t in ok))
+    by_power, by_cost = plan(goal="min-power", **kw), plan(goal="min-cost", **kw)
+    for design, (power, cost) in least.items():
+        assert by_power.get(design).power == pytest.approx(power)
+        assert by_cost.get(design).cost == pytest.approx(cost)
+    assert by_power.get("HA").power < by_cost.get("HA").power and by_cost.get("HA").cost < by_power.get("HA").cost
+    names = {"HA": "splitwise-ha", "HH": "splitwise-hh", "AA": "splitwise-aa"}
+    assert by_power.winner == names[min(least, key=lambda d: least[d][0])]
+    assert by_cost.winner == names[min(least, key=lambda d: least[d][1])]
+    assert by_power.winner != by_cost.winner
+
+
 def test_the_answer_steps_down_to_a_cheaper_point_the_search_failed_and_the_oracle_holds():
     # At 70 req/s of coding the fluid search fails Splitwise-AA 55+6 (tightest SLO 1.12x of its
     # limit) where the discrete-event oracle holds it (0.997x): the planner confirms the search's
