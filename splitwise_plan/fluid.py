@@ -17,7 +17,8 @@ more than one. Per design it keeps:
 - each machine's busy state (decodes running there, or prompt work queued), sampled at every
   bucket boundary for the design's utilization;
 - decoding as ``output - 1`` iterations of the token-phase time at its machine's batch
-  size, plus part of an iteration to join a running batch, after the KV transfer;
+  size, plus part of an iteration to join a running batch, after the KV transfer, which
+  waits where the machine's booked memory leaves no room until its releases free enough;
 - mixed batches as the machine-level scheduler builds them: prompts first, then the
   decodes that fit in ``max_batch_tokens`` (1.1x batch time); a decode loses the
   batch time less one iteration when it rides along, all of it when pre-empted. A prompt
@@ -536,6 +537,18 @@ class _Run:
             ring_flat[dst] += vals
 
         run_blocks = np.arange(_RUN_WINDOW // B)[None, :]
+        ring_blocks = np.arange(L // B)[None, :]
+        mem_wait = None                         # requests x designs: how long a decode waited for KV memory
+
+        def freed_at(rr, jj, need):
+            """When the releases booked on machines ``jj`` of designs ``rr`` have freed ``need`` bytes, at the
+            rings' resolution (the reference's transfer waits for memory at its token machine); the ring's
+            horizon where they never do within it."""
+            rows_b, _ = window_rows(rr, jj, (last - lap()) >> _BLOCK_BITS, ring_blocks)
+            freed = ring.reshape(-1, B).take(rows_b, axis=0).reshape(rr.size, -1).real.cumsum(axis=1)
+            enough = freed >= need[:, None]
+            first = np.where(enough[:, -1], enough.argmax(axis=1), L)   # past buckets of the first block are empty
+            return ((last & -B) + first + 1) * _RING_S
 
         def run_end(rr, jj):
             """When the run of decode iterations on machines ``jj`` of designs ``rr`` ends, as the
@@ -705,6 +718,7 @@ class _Run:
             tj = tkey.argmin(axis=1)
             ft = pq.flat(tj)
             ok_t = tkey.reshape(-1)[ft] + m < cap.reshape(-1)[ft]
+            short_t = np.count_nonzero(ok_t) < D   # a token pool without room: where the decode goes may lack it
             if mixed_on:
                 okb = ok_p & ok_t
                 if np.count_nonzero(okb) < D:
@@ -722,6 +736,7 @@ class _Run:
                     # those still bad (in order, as ~(ok_p & ok_t)): often of one kind or none
                     stuck = bad_p if not bad_t.size else bad_t if not bad_p.size else (~(ok_p & ok_t)).nonzero()[0]
                     if stuck.size:   # nowhere to go: prompt and decode on the least loaded machine
+                        short_t = True
                         fj, ff, _ = pick(stuck, absent, jsq)
                         pj[stuck] = fj
                         tj[stuck] = fj
@@ -731,8 +746,8 @@ class _Run:
                         fp = pq.flat(pj)
                     if new_t:
                         ft = pq.flat(tj)
-            # (where no machine has room the reference's transfer waits for memory, and this model books
-            # the decode anyway: not an overflow, which is a request that never gets memory; see _outcome)
+            # (where no machine has room the reference's transfer waits for memory, and so does this model's
+            # decode, below: not an overflow, which is a request that never gets memory; see _outcome)
             apart = pj != tj                        # the KV cache moves from the prompt to the token machine
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
             d_p = ndec_f[fp]
@@ -789,6 +804,15 @@ class _Run:
             tau = ttab_next.take(tofs.take(ft) + np.minimum(d_t, _MAX_DECODES - 1).astype(np.int64))
             if iters_l[i] > 0.0 and not d_t.all():   # an idle token machine: no running iteration to join
                 tau = tau * np.where(d_t > 0.0, 1.0, 1.0 - join_l[i] / iters_l[i])   # (tau_req: per iteration)
+            if short_t:   # the decode's machine lacks room as booked: it starts once enough is released
+                lack = smem.reshape(-1)[ft] + m - cap.reshape(-1)[ft]
+                k = (lack > 0.0).nonzero()[0]
+                if k.size:
+                    wait = np.maximum(freed_at(k, tj[k], lack[k]) - ready[k], 0.0)
+                    ready[k] += wait            # (the prompt machine keeps the KV cache meanwhile)
+                    if mem_wait is None:
+                        mem_wait = np.zeros((N, self.D))
+                    mem_wait[i, act[k]] = wait
             end = ready + tau * iters_l[i]
             book(fp, apart * (self.kv * (s + 1.0)), ready, ft, m, end)   # prompt KV freed after the transfer
             if pq.whole:   # no design dropped yet: whole rows
@@ -813,6 +837,8 @@ class _Run:
         def decode(sl):
             """Designs ``sl``: when each decode starts (after the KV transfer) and its undelayed time."""
             t1 = self.a[:, None] + ttft[:, sl] + np.where(pmach[:, sl] == dmach[:, sl], 0.0, self.xfer[:, None])
+            if mem_wait is not None:
+                t1 += mem_wait[:, sl]
             return t1, tau_req[:, sl] * iters
 
         # one design at a time, on its own axis: the last token if no prompt batch delayed the decode,

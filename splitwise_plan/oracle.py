@@ -375,8 +375,9 @@ class _Sim:
         self.arrived += 1
         mem_p = self.kv * (req.prompt + 1)
         mem_t = self.kv * (req.output - 1)
-        if mem_p + mem_t > self.largest_kv:   # it waits for memory forever: unfinished, and said so
-            self.oom = True
+        if mem_p + mem_t > self.largest_kv:   # no machine ever holds it: never admitted (unfinished, and said
+            self.oom = True                   # so), so it blocks no queue and holds no memory of the others'
+            return
         if self.cluster.is_baseline:
             inst = min(self.instances, key=_PENDING)
             self._check_overload(inst)

@@ -479,8 +479,12 @@ def test_a_request_larger_than_any_machine_is_unfinished_and_flagged(method):
     """100,000 prompt tokens of BLOOM's KV cache (~400 GB) exceed the ~311 GB an 8x80 GB machine keeps
     beside the weights: it can never run, and the report must say so instead of dropping it silently."""
     stream = RequestStream(np.array([0.0, 1.0]), np.array([100_000, 1_000]), np.array([10, 10]))
-    r = Simulator(stream, method=method).run("HH", 3, 2)
+    r, table = Simulator(stream, method=method).run_requests("HH", 1, 1)
     assert r.requests == 2 and r.completed == 1 and r.oom and not r.slo_met
+    if method == "events":   # it is never admitted, so the other request runs as it would alone (the
+        # oracle queued it on a machine, where it held the other's transfer back for ever)
+        alone, one = Simulator(_one(1_000, 10), method=method).run_requests("HH", 1, 1)
+        assert table["e2e_s"][1] == pytest.approx(one["e2e_s"][0], rel=1e-9)
 
 
 @pytest.mark.parametrize("method", ["events", "fluid"])
@@ -572,6 +576,19 @@ def test_a_request_is_never_routed_to_a_machine_that_cannot_hold_it(method):
     sim = Simulator(stream, machines=_small_token_machines(40), method=method)
     r = sim.run("dgx-h100:a100-small", 4, 2)
     assert (r.requests, r.completed, r.oom) == (90, 90, False)
+
+
+def test_fluid_decodes_wait_for_kv_memory_as_the_oracles_transfers_do():
+    """Llama2-70B at TP2 leaves an instance 37 GB of KV cache, a few long conversations' worth. Where
+    every token machine was full the fluid model booked the decode anyway and ran it at once (its
+    booked KV cache reached 3x the cluster's), passing designs the oracle finds overloaded: HH 2+1 to
+    4+1, HA 4+2, HHcap 3+1 to 5+1 at 25 req/s. A decode now waits until its machine has freed the
+    memory it needs, and the two agree on each point, failing or passing."""
+    stream = load_workload("conversation").generate(25, duration_s=120, seed=5)
+    points = [("HH", 2, 1), ("HH", 4, 1), ("HA", 4, 2), ("HHcap", 4, 1), ("HH", 4, 6), ("HH", 6, 4)]
+    fluid = Simulator(stream, "llama2-70b", tensor_parallel=2).run_points(points)
+    events = Simulator(stream, "llama2-70b", tensor_parallel=2, method="events").run_points(points)
+    assert [r.slo_met for r in fluid] == [r.slo_met for r in events] == [False] * 4 + [True] * 2
 
 
 def test_requests_left_waiting_when_the_events_run_out_are_flagged():
