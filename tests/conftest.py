@@ -21,7 +21,10 @@ def shared_dir() -> Path:
     """Path of shared/data; skips the test with the reason when the reference data is absent."""
     data = shared_root() / "data"
     if not (data / "splitwise-sim").is_dir():
-        pytest.skip(f"reference data not found at {data} (set SPLITWISE_SHARED to the shared/ folder)")
+        why = f"reference data not found at {data} (set SPLITWISE_SHARED to the shared/ folder)"
+        if os.environ.get("SPLITWISE_REQUIRE_SHARED"):   # .ci/run sets it where ../shared is: then a miss is a failure
+            pytest.fail(why)
+        pytest.skip(why)
     return data
 
 
@@ -36,7 +39,7 @@ def azure_dir(shared_dir: Path) -> Path:
     """shared/data/azure-llm-2023: the original Azure traces."""
     d = shared_dir / "azure-llm-2023"
     if not d.is_dir():
-        pytest.skip(f"Azure traces not found at {d}")
+        (pytest.fail if os.environ.get("SPLITWISE_REQUIRE_SHARED") else pytest.skip)(f"Azure traces not found at {d}")
     return d
 
 
