@@ -106,3 +106,29 @@ def test_parse_budget(spec, kind, value):
 def test_bad_budgets(spec):
     with pytest.raises(SplitwisePlanError):
         parse_budget(spec, "power")
+
+
+def test_no_design_the_reference_passes_is_pruned(sim_dir):
+    """The capacity model is a safe bound: every design the reference simulator passes on its own trace
+    (21 of its 75 runs) is feasible in it, and so never pruned from a search."""
+    import pandas as pd
+    from splitwise_plan.workloads import load_trace
+    table = pd.read_csv(sim_dir / "reference_results_calibration.csv")
+    sim = Simulator(load_trace(sim_dir / "rr_code_70_2min.csv"), method="events")
+    passing = table[table.all_slos_met]
+    assert len(passing) == 21
+    for system, rows in passing.groupby("system"):
+        cm = capacity_model(sim, system)
+        assert cm.feasible(rows.n_prompt.to_numpy(), rows.n_token.to_numpy()).all(), system
+
+
+def test_the_memory_bound_prunes_a_design_whose_kv_cache_cannot_fit():
+    """Llama2-70B at TP2 leaves each instance 37 GB of KV cache: at 25 req/s of conversation Splitwise-HH
+    2+1 cannot hold the requests' KV cache (the oracle overloads on it), and only the memory bound says
+    so (its compute would carry the load); designs the oracle passes stay feasible."""
+    stream = load_workload("conversation").generate(25, duration_s=120, seed=5)
+    sim = Simulator(stream, "llama2-70b", tensor_parallel=2, method="events")
+    cm = capacity_model(sim, "HH")
+    assert not cm.feasible(2, 1) and not sim.run("HH", 2, 1).slo_met
+    for pt in ((4, 6), (6, 4)):
+        assert cm.feasible(*pt) and sim.run("HH", *pt).slo_met
