@@ -38,6 +38,21 @@ def test_iso_power_40_h100_about_70_a100():
     assert int(44 * 40 // 24.8) == 70  # the reference's iso-power formula
 
 
+@pytest.mark.parametrize("design, want_cost, want_power", [
+    ("HA", 3 * 4.76 + 2 * 2.21, 3 * 44.0 + 2 * 24.8),        # H100 prompt, A100 token machines
+    ("HHcap", 3 * 4.76 + 2 * 4.76, 3 * 44.0 + 2 * 30.8),     # power-capped H100 token machines
+    ("AA", 5 * 2.21, 5 * 24.8), ("A100", 3 * 2.21, 3 * 24.8),
+])
+def test_a_designs_cost_and_power_price_each_pool_by_its_own_machine(design, want_cost, want_power):
+    """The paper's units (splitwise_sim_constants.yaml): 3 prompt and 2 token machines, each pool at its
+    machine's price; a baseline's 3 machines."""
+    from splitwise_plan.simulator import Simulator
+    from splitwise_plan.workloads import load_workload
+    sim = Simulator(load_workload("coding").generate(1, duration_s=5, seed=0), method="events")
+    c = sim.cluster(design, 3, 0 if design == "A100" else 2)
+    assert (c.cost, c.power) == (pytest.approx(want_cost), pytest.approx(want_power))
+
+
 def test_models_kv_bytes():
     assert BUILTIN_MODELS["bloom-176b"].kv_bytes_per_token == 4014080
     assert BUILTIN_MODELS["llama2-70b"].kv_bytes_per_token == 2621440
