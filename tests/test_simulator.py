@@ -591,6 +591,24 @@ def test_fluid_decodes_wait_for_kv_memory_as_the_oracles_transfers_do():
     assert [r.slo_met for r in fluid] == [r.slo_met for r in events] == [False] * 4 + [True] * 2
 
 
+def test_strict_pools_keep_each_phase_on_its_own_pool_in_both_simulators():
+    """SchedulerConfig(mixed_pool=False): no machine is lent to the other pool. Splitwise-HH 28+1 holds
+    70 req/s only because prompt machines take decodes, and 22+8 only because token machines take
+    prompts; with strict pools both fail, in the oracle and the fluid model alike, and a design whose
+    pools carry their own phase (27+3) still holds."""
+    from dataclasses import replace
+    from splitwise_plan.cluster import SchedulerConfig
+    stream = load_workload("coding").generate(70, duration_s=60, seed=0)
+    strict = replace(SchedulerConfig(), mixed_pool=False)
+    points = [("HH", 28, 1), ("HH", 22, 8), ("HH", 27, 3)]
+    for method in ("events", "fluid"):
+        mixed = Simulator(stream, method=method).run_points(points)
+        alone = Simulator(stream, scheduler=strict, method=method).run_points(points)
+        assert [r.slo_met for r in mixed] == [True, True, True], method
+        assert [r.slo_met for r in alone] == [False, False, True], method
+        assert alone[0].tightest["ratio"] > 10   # a single token machine carries every decode
+
+
 def test_requests_left_waiting_when_the_events_run_out_are_flagged():
     """Strict pools, and prompt machines whose KV room (~14.6 GB) is less than one prompt's (~24 GB)
     while the token machines hold it: the prompt waits for memory forever on its only possible machine.
