@@ -286,6 +286,7 @@ def test_sigterm_stops_the_run_and_its_worker_processes(tmp_path, signame, times
     while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
         workers = {int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()}
+    assert len(workers) >= 2, "the sweep's worker processes never started"   # (else the test proves nothing)
     time.sleep(2)
     for k in range(times):
         time.sleep(0.05 * k)   # (a second signal sent at once merges with the first, still pending)

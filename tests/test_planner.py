@@ -438,6 +438,8 @@ def test_an_interrupted_plan_leaves_no_search_running():
     real = Simulator.run_points
 
     def counted(self, *a, **k):   # the simulation rounds started after the interrupt: none
+        if not rounds:   # the interrupt comes 0.5 s into the first round, however long the inputs took to load
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
         rounds.append(bool(stopped))
         return real(self, *a, **k)
 
@@ -447,7 +449,7 @@ def test_an_interrupted_plan_leaves_no_search_running():
 
     before, kids_before = threading.active_count(), children()   # (earlier tests' reusable workers stay)
     old = signal.signal(signal.SIGALRM, interrupt)
-    signal.alarm(3)
+    signal.alarm(120)   # (should no round ever start)
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(Simulator, "run_points", counted)
