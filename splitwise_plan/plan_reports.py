@@ -106,8 +106,10 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
         slos += " (* tightest SLO)"
     table.caption = (f"{slos}; headroom = 1 - tightest value/limit; "
                      f"sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
-                     f"simulations: {result.evaluations} + {result.confirmations} for a grid of "
-                     f"{plural(result.grid_size, 'point')}; {result.seconds:.1f} s")
+                     f"simulations: {result.evaluations} + {result.confirmations} for "
+                     + (f"{plural(result.grid_size, 'split')} of the budget, each at several rates"
+                        if req.goal == "max-throughput" else f"a grid of {plural(result.grid_size, 'point')}")
+                     + f"; {result.seconds:.1f} s")
     return table
 
 
