@@ -185,9 +185,10 @@ def plan_report(result: PlanResult) -> dict:
 
 
 def csv_rows(result: PlanResult) -> list[dict]:
-    """One row per evaluated design point: every point the search simulated (``phase`` search) and
-    each design's answer as confirmed (``phase`` confirm, the worst of the seeds); ``chosen`` marks
-    the design's answer. A design with no simulation at all gets one row with its status and note."""
+    """One row per evaluated design point: every point the search simulated (``phase`` search) and every
+    point the confirm method checked (``phase`` confirm, the worst of the seeds; rejected ones too);
+    ``chosen`` marks the design's answer. A design with no simulation at all gets one row with its
+    status and note."""
     rows = []
     for dp in result.designs:
         chosen = (dp.prompt, dp.token) if dp.status == "ok" else None
@@ -196,13 +197,19 @@ def csv_rows(result: PlanResult) -> list[dict]:
             pt = (r.prompt_machines, r.token_machines)   # the rows of every command are
             rows.append({"rate_rps": rate, "seed": r.seed, **head, "phase": "search",
                          "chosen": pt == chosen and (dp.rate == rate or not math.isfinite(dp.rate)), **r.flat()})
-        if dp.result is not None:
-            rows.append({"rate_rps": dp.rate, "seed": dp.result.seed, **head, "phase": "confirm",
-                         "chosen": dp.status == "ok", **dp.result.flat(), "note": dp.note})
+        # each confirmation, held or rejected (the oracle's evidence), the answer's marked as chosen; a
+        # design planned before confirmations were kept has its answer's alone
+        confirmed = dp.confirmed or (((dp.rate, dp.result),) if dp.result is not None else ())
+        answer = max((k for k, (_, r) in enumerate(confirmed) if r == dp.result), default=None)
+        for k, (rate, r) in enumerate(confirmed):
+            rows.append({"rate_rps": rate, "seed": r.seed, **head, "phase": "confirm",
+                         "chosen": k == answer and dp.status == "ok", **r.flat(),
+                         "note": dp.note if k == answer else ""})
         if not dp.evaluated and dp.result is None:   # the plan's stream and model all the same, so runs stack
             req = result.request
             rate = dp.rate if math.isfinite(dp.rate) else (result.inputs or {}).get("rate_rps", req.rps)
-            rows.append({"rate_rps": None if rate is None else _num(rate), "seed": None if req.trace is not None else req.seed, **head,
+            rows.append({"rate_rps": None if rate is None else _num(rate),
+                         "seed": None if req.trace is not None else req.seed, **head,
                          "phase": "none", "chosen": False, "model": req.model, "note": dp.note})
     return rows
 

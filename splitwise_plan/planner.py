@@ -290,6 +290,8 @@ class DesignPlan:
     note: str = ""
     #: ((rate, SimulationResult), ...): every point the search method simulated (the CSV report's rows)
     evaluated: tuple = field(default=(), repr=False, compare=False)
+    #: ((rate, SimulationResult), ...): every point the confirm method checked, held or rejected, in order
+    confirmed: tuple = field(default=(), repr=False, compare=False)
 
     def __eq__(self, other) -> bool:
         """Equal answers (NaN equals NaN here, and the time taken does not count)."""
@@ -316,9 +318,11 @@ class DesignPlan:
         """The whole answer as JSON-able data (its results and evaluated points too): what a stopped
         plan keeps of each finished design (see :func:`from_record`)."""
         from .study import encode_result
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("result", "evaluated")}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("result", "evaluated", "confirmed")}
         out["result"] = None if self.result is None else encode_result(self.result)
-        out["evaluated"] = [[float(rate), encode_result(r)] for rate, r in self.evaluated]
+        for name in ("evaluated", "confirmed"):
+            out[name] = [[float(rate), encode_result(r)] for rate, r in getattr(self, name)]
         return out
 
     @classmethod
@@ -337,6 +341,7 @@ class DesignPlan:
             vals = dict(d)
             vals["result"] = None if d["result"] is None else result(d["result"])
             vals["evaluated"] = tuple((float(rate), result(r)) for rate, r in d["evaluated"])
+            vals["confirmed"] = tuple((float(rate), result(r)) for rate, r in d.get("confirmed", ()))   # (kept since 2026-12-02)
             return cls(**vals)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:   # (SplitwisePlanError is a ValueError)
             raise SplitwisePlanError(f"not a record made by DesignPlan.to_record (a report's entry is not one): "
@@ -643,6 +648,11 @@ class _Confirmer:
         self._sims: dict = {}
         self._jobs: dict = {}        # (design, point, rate, seed) -> Future of the pool
         self.runs = 0
+        self.history: list = []      # ((rate, worst SimulationResult), ...): every point confirmed, in order
+
+    def confirmed(self, rate: float | None = None) -> tuple:
+        """:attr:`history` for a :class:`DesignPlan`: a trace's rate (None here) as ``rate``, the plan's."""
+        return tuple((float(rate if r is None else r), res) for r, res in self.history)
 
     def _sim(self, rate, seed):
         k = (rate, seed)
@@ -673,7 +683,9 @@ class _Confirmer:
         req = self.req
         if search_result is not None and req.confirm_method == self.search_method and self.search_over_seeds:
             # the search ran these simulations (on the first stream alone when there is one)
-            return passes(search_result, self.threshold), _on_stream(search_result, _first_stream(self.inputs, req)), 0
+            worst = _on_stream(search_result, _first_stream(self.inputs, req))
+            self.history.append((rate, worst))
+            return passes(search_result, self.threshold), worst, 0
         results, runs = [], 0
         trace = self.inputs.trace is not None
         for s in _seeds(self.inputs, req):
@@ -696,6 +708,7 @@ class _Confirmer:
                 break
         self.runs += runs
         worst = max(results, key=_severity)
+        self.history.append((rate, worst))
         return all(passes(r, self.threshold) for r in results), worst, runs
 
     def lookahead(self, ev: Evaluator, space: Space, design: str, rate, excluded: list, best, depth: int,
@@ -788,7 +801,8 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                 note += f" (confirmation rejected {', '.join(f'{p}+{t}' for p, t in excluded)})"
             status = "unconfirmed" if excluded else "infeasible"
             return DesignPlan(status=status, evaluations=ev.evaluations * streams, confirmations=confirm.runs,
-                              seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate, _first_stream(inputs, req)), **base)
+                              confirmed=confirm.confirmed(rate), seconds=time.perf_counter() - t0, note=note,
+                              evaluated=_evaluated(ev, rate, _first_stream(inputs, req)), **base)
         if req.strategy == "frontier" and cpu_cores() > 2:
             # with a core to spare: should this one fail, the search's next answer is already
             # being confirmed (on two cores both are busy, and the guess only slows the searches)
@@ -832,7 +846,8 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                     p, t = p2, t2
             return DesignPlan(status="ok", prompt=p, token=t, cost=worst.cost, power=worst.power, result=worst,
                               evaluations=ev.evaluations * streams, confirmations=confirm.runs,
-                              seconds=time.perf_counter() - t0, note=note, evaluated=_evaluated(ev, rate, _first_stream(inputs, req)), **base)
+                              confirmed=confirm.confirmed(rate), seconds=time.perf_counter() - t0, note=note,
+                              evaluated=_evaluated(ev, rate, _first_stream(inputs, req)), **base)
         excluded.append(sr.best)
         point = _point_text(d, sr.best)
         # three decimals: a miss the search read at 0.997 reads 1.000 rounded to two, like a pass
@@ -840,7 +855,8 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
         if len(excluded) >= req.max_confirm:
             return DesignPlan(status="unconfirmed", prompt=sr.best[0], token=sr.best[1], cost=worst.cost,
                               power=worst.power, result=worst, evaluations=ev.evaluations * streams,
-                              confirmations=confirm.runs, seconds=time.perf_counter() - t0,
+                              confirmations=confirm.runs, confirmed=confirm.confirmed(rate),
+                              seconds=time.perf_counter() - t0,
                               note=f"all {len(excluded)} candidates failed confirmation: {', '.join(rejected)}",
                               evaluated=_evaluated(ev, rate, _first_stream(inputs, req)), **base)
 
@@ -1101,10 +1117,12 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         note = "; ".join(notes)
         return DesignPlan(status="ok", prompt=pt[0], token=pt[1], cost=worst.cost, power=worst.power,
                           rate=float(k * tol), result=worst, bound=r_hi, evaluations=evals,
-                          confirmations=confirm.runs, candidates=len(pts), seconds=time.perf_counter() - t0,
-                          note=note, evaluated=_evaluated_budget(cache, _first_stream(inputs, req)), **base)
+                          confirmations=confirm.runs, confirmed=confirm.confirmed(), candidates=len(pts),
+                          seconds=time.perf_counter() - t0, note=note,
+                          evaluated=_evaluated_budget(cache, _first_stream(inputs, req)), **base)
     return DesignPlan(status="unconfirmed" if rejected else "infeasible", bound=r_hi, evaluations=evals,
-                      confirmations=confirm.runs, candidates=len(pts), seconds=time.perf_counter() - t0,
+                      confirmations=confirm.runs, confirmed=confirm.confirmed(), candidates=len(pts),
+                      seconds=time.perf_counter() - t0,
                       note=(f"no confirmed rate within the budget; rejected {', '.join(rejected)}" if rejected else
                             f"holds no rate >= {tol:g} req/s within the budget"),
                       evaluated=_evaluated_budget(cache, _first_stream(inputs, req)), **base)

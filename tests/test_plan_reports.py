@@ -91,8 +91,8 @@ def test_csv_has_a_row_per_evaluated_point(reports_dir):
     for d in doc["results"]:
         mine = [r for r in rows if r["design"] == d["design"]]
         assert sum(r["phase"] == "search" for r in mine) == d["evaluations"]    # every search simulation
-        confirm = [r for r in mine if r["phase"] == "confirm"]
-        assert len(confirm) == 1 and confirm[0]["chosen"] == "True"
+        confirm = [r for r in mine if r["phase"] == "confirm" and r["chosen"] == "True"]
+        assert len(confirm) == 1
         assert (int(confirm[0]["prompt_machines"]), int(confirm[0]["token_machines"])) == (
             d["prompt_machines"], d["token_machines"])
         assert any(r["chosen"] == "True" for r in mine if r["phase"] == "search")

@@ -92,6 +92,14 @@ def test_the_answer_steps_down_to_a_cheaper_point_the_search_failed_and_the_orac
     oracle = Simulator(load_workload("coding").generate(70, duration_s=120, seed=0), method="events")
     assert oracle.run("AA", 55, 6).slo_met and aa.result.slo_met
     assert not oracle.run("AA", 54, 6).slo_met and not oracle.run("AA", 55, 5).slo_met
+    # the CSV keeps each confirmation, the rejected ones too, with the oracle's numbers: the evidence
+    from splitwise_plan.plan_reports import csv_rows
+    res = plan(goal="min-cost", rps=70, designs="AA", jobs=1, done={"AA": aa})   # (the plan above, reported)
+    confirm = {(r["prompt_machines"], r["token_machines"]): r for r in csv_rows(res) if r["phase"] == "confirm"}
+    assert [pt for pt, r in confirm.items() if r["chosen"]] == [(55, 6)] and confirm[(55, 7)]["slo_met"]
+    tried = [r for pt, r in confirm.items() if pt not in ((55, 6), (55, 7))]   # the steps down it rejected
+    assert tried and not any(r["slo_met"] for r in tried) and {r["method"] for r in tried} == {"events"}
+    assert all(r["cost"] <= confirm[(55, 6)]["cost"] for r in tried)
 
 
 def test_the_answer_steps_down_past_points_the_search_failed_far_off():
