@@ -125,9 +125,8 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
     fixed = [f for f in _REFERENCE_ONLY if getattr(first.scheduler, f) != getattr(reference, f)]
     if fixed:   # it would silently keep the reference's values
         raise SplitwisePlanError(f"the fluid model keeps the reference's {', '.join(fixed)} (a decode batch is bounded by "
-                                 "memory, a mixed batch has no preemption limit, a transfer waiting for memory starts as it is freed, not at a "
-                                 "retry); "
-                                 "simulate with the events method to change them")
+                                 "memory, a mixed batch has no preemption limit, a transfer waiting for memory starts "
+                                 "as it is freed, not at a retry); simulate with the events method to change them")
     outs = []
     size = pass_size(len(clusters), len(stream.arrival_s), machines=max(c.n_instances for c in clusters))
     for lo in range(0, len(clusters), size):   # bounded memory: designs x requests arrays per pass

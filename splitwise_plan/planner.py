@@ -341,7 +341,7 @@ class DesignPlan:
             vals = dict(d)
             vals["result"] = None if d["result"] is None else result(d["result"])
             vals["evaluated"] = tuple((float(rate), result(r)) for rate, r in d["evaluated"])
-            vals["confirmed"] = tuple((float(rate), result(r)) for rate, r in d.get("confirmed", ()))   # (kept since 2026-12-02)
+            vals["confirmed"] = tuple((float(rate), result(r)) for rate, r in d.get("confirmed", ()))   # (since 2026-12)
             return cls(**vals)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:   # (SplitwisePlanError is a ValueError)
             raise SplitwisePlanError(f"not a record made by DesignPlan.to_record (a report's entry is not one): "
