@@ -538,17 +538,26 @@ class _Run:
 
         run_blocks = np.arange(_RUN_WINDOW // B)[None, :]
         ring_blocks = np.arange(L // B)[None, :]
+        near_blocks = ring_blocks[:, :_RUN_WINDOW // B]
         mem_wait = None                         # requests x designs: how long a decode waited for KV memory
 
         def freed_at(rr, jj, need):
             """When the releases booked on machines ``jj`` of designs ``rr`` have freed ``need`` bytes, at the
             rings' resolution (the reference's transfer waits for memory at its token machine); the ring's
-            horizon where they never do within it."""
-            rows_b, _ = window_rows(rr, jj, (last - lap()) >> _BLOCK_BITS, ring_blocks)
-            freed = ring.reshape(-1, B).take(rows_b, axis=0).reshape(rr.size, -1).real.cumsum(axis=1)
-            enough = freed >= need[:, None]
-            first = np.where(enough[:, -1], enough.argmax(axis=1), L)   # past buckets of the first block are empty
-            return ((last & -B) + first + 1) * _RING_S
+            horizon where they never do within it. The next ``_RUN_WINDOW`` buckets first, where most
+            waits end, then the whole ring for the others."""
+            at = np.full(rr.size, L)
+            todo = np.arange(rr.size)
+            for blocks in (near_blocks, ring_blocks):
+                rows_b, _ = window_rows(rr[todo], jj[todo], (last - lap()) >> _BLOCK_BITS, blocks)
+                freed = ring.reshape(-1, B).take(rows_b, axis=0).reshape(todo.size, -1).real.cumsum(axis=1)
+                enough = freed >= need[todo, None]
+                done = enough[:, -1]            # (past buckets of the first block are empty)
+                at[todo[done]] = enough[done].argmax(axis=1)
+                todo = todo[~done]
+                if not todo.size:
+                    break
+            return ((last & -B) + at + 1) * _RING_S
 
         def run_end(rr, jj):
             """When the run of decode iterations on machines ``jj`` of designs ``rr`` ends, as the
@@ -813,6 +822,12 @@ class _Run:
                     if mem_wait is None:
                         mem_wait = np.zeros((N, self.D))
                     mem_wait[i, act[k]] = wait
+                    if ready[k].max() - t > self.overload_s:   # waiting past every limit: overloaded, as a queue
+                        over = np.zeros(D, dtype=bool)
+                        over[k] = ready[k] - t > self.overload_s
+                        over &= ~dying
+                        halt(over)
+                        stop[act[over]] = i + 1
             end = ready + tau * iters_l[i]
             book(fp, apart * (self.kv * (s + 1.0)), ready, ft, m, end)   # prompt KV freed after the transfer
             if pq.whole:   # no design dropped yet: whole rows

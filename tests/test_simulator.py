@@ -589,6 +589,8 @@ def test_fluid_decodes_wait_for_kv_memory_as_the_oracles_transfers_do():
     fluid = Simulator(stream, "llama2-70b", tensor_parallel=2).run_points(points)
     events = Simulator(stream, "llama2-70b", tensor_parallel=2, method="events").run_points(points)
     assert [r.slo_met for r in fluid] == [r.slo_met for r in events] == [False] * 4 + [True] * 2
+    # HH 2+1's decodes come to wait past every limit for memory: overloaded, as the oracle's queues are
+    assert fluid[0].overloaded and events[0].overloaded and fluid[0].completed < fluid[0].requests
 
 
 def test_strict_pools_keep_each_phase_on_its_own_pool_in_both_simulators():
