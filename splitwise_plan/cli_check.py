@@ -97,8 +97,9 @@ def check_cmd(
     2 on bad input."""
     from .reports import build_report, write_csv, write_json
 
-    if headroom is None or not math.isfinite(headroom) or headroom < 0:
-        raise SplitwisePlanError(f"--headroom must be a number >= 0 (0.2 = 20% more load), got {headroom:g}")
+    if headroom is None or not math.isfinite(headroom) or not 0 <= headroom <= MAX_HEADROOM:
+        raise SplitwisePlanError(f"--headroom must be a finite number from 0 to {MAX_HEADROOM:g} (0.2 = 20% more load), "
+                                 f"got {headroom:g}")
     if rps is None and trace is None:
         raise SplitwisePlanError("give --rps R (the expected requests per second) or --trace FILE")
     spec = _load_spec(cluster_file, machines_file)
@@ -156,10 +157,17 @@ def check_cmd(
             lines.append(f"load:  {rate_txt}; {src if k == 0 else 'the rate itself'}; "
                          f"{plural(len(stream), 'request')}; {inp.scheduler.describe()}; method {inp.method}")
             lines.extend(_verdict_lines(result, len(inp.slos)))
+        if len(loads) > 1:   # the gate's verdict last, where a CI log's tail shows it
+            failed = [f"{rate:.10g} req/s" for (rate, _), ok in zip(loads, holds) if not ok]
+            lines.append(f"check {'PASSED' if passed else 'FAILED'}: {base_rate:.10g} req/s with {headroom:.0%} headroom"
+                         + ("" if passed else f" (fails at {' and '.join(failed)})"))
         typer.echo("\n".join(lines), err=stdout_taken(json_out, csv_out))
     _wrote(quiet, json_out, csv_out)
     if not passed:
         raise typer.Exit(code=1)
+
+
+MAX_HEADROOM = 100.0   # --headroom at most: 101x the rate (more is a typo, not a load)
 
 
 def _verdict_lines(result, n: int) -> list:

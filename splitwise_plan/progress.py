@@ -114,8 +114,8 @@ class ProgressBar:
                 self._progress.stop()
                 out = self._progress.console if outcome != "done" else None
                 self._progress = None
-            if out is None and outcome.startswith("stopped") and not self.quiet and not self.shown:   # before it showed
-                out = self._console or stderr_console()
+            if out is None and outcome.startswith("stopped") and not self.shown:   # before it showed, or quiet:
+                out = self._console or stderr_console()   # a stop is always said (a cancelled CI job's log says why)
             if out is not None:
                 out.print(line, markup=False, highlight=False, soft_wrap=True)
             self._plain = None

@@ -128,6 +128,8 @@ def test_check_bad_cluster_file_exit_2(capsys, write, text, match):
     ["{small}", "--rps", 0],
     ["{small}"],                                   # no rate
     ["{small}", "--rps", 5, "--headroom", -0.1],
+    ["{small}", "--rps", 5, "--headroom", 1e9],     # a typo, not a load (it failed as 'rate x duration')
+    ["{small}", "--rps", 5, "--headroom", "inf"],
     ["{small}", "--rps", 5, "--workload", "nope"],
     ["{small}", "--rps", 5, "--json", "/no/such/dir/c.json"],
 ])
@@ -271,7 +273,9 @@ def test_headroom_never_passes_a_cluster_that_fails_at_the_rate_asked_for(capsys
     assert code == 1 and "TBT P99" in out
     code, out, _ = run(capsys, "check", ha, *args, "--headroom", 0.1875)
     assert code == 1
-    assert "42.75 req/s (36 req/s + 19% headroom)" in out and out.count("PASS") == 1 and out.count("FAIL") == 1
+    assert "42.75 req/s (36 req/s + 19% headroom)" in out and out.count("PASS:") == 1 and out.count("FAIL:") == 1
+    # the gate's verdict is the last line: a CI log's tail read PASS (the rate itself) on a failed gate
+    assert out.strip().splitlines()[-1] == "check FAILED: 36 req/s with 19% headroom (fails at 36 req/s)"
 
 
 def test_check_and_capacity_on_a_machine_named_in_upper_case(capsys, write):
