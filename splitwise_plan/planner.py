@@ -1034,9 +1034,8 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
 
     def best_at(k: int):
         """The budget point with the most headroom at rate k * tol (search method) that the confirm
-        simulator has not rejected, or None: a passing one, or above the search's highest rate
-        (where the search passes none) the nearest to passing, since the confirm simulator may
-        hold more than the search's."""
+        simulator has not rejected, or None: a passing one, or where the search passes none the
+        nearest to passing, since the confirm simulator may hold more than the search's."""
         nonlocal evals
         rate = k * tol
         if rate not in cache:
@@ -1046,7 +1045,7 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
         if rest:   # see every candidate at this rate to pick the one with most headroom
             ev(rest)
             evals += len(rest) * streams
-        ranked = sorted((p for p in cand if p not in refused.get(k, ()) and (k > lo_k or ev.ok(ev.cache[p]))),
+        ranked = sorted((p for p in cand if p not in refused.get(k, ())),
                         key=lambda p: _ratio(ev.cache[p]))
         return (ranked[0], ev.cache[ranked[0]]) if ranked else (None, None)
 
@@ -1103,7 +1102,9 @@ def _plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> 
                 bad_k = k
         if bad_k is None:   # out of confirmations: the highest rate held is the answer
             bad_k = good[0] + 1
-    while good is not None and bad_k - good[0] > 1 and attempts < req.max_confirm:
+    # between the highest rate held and the lowest failed, bisect to the rate resolution: a few steps
+    # of at most _TRIES_PER_RATE confirmations each, whatever the gallops spent (max_confirm bounds those)
+    while good is not None and bad_k - good[0] > 1:
         k = (good[0] + bad_k) // 2
         if attempt(k) in ("empty", "failed"):
             bad_k = k
