@@ -582,6 +582,13 @@ class _Pool:
             self.executor.shutdown(wait=True)
 
 
+def _ratio_text(r: float) -> str:
+    """An SLO ratio for the notes: three decimals (0.997 read 1.00 rounded to two, like a miss), more
+    where three would put it on the wrong side of 1 (a miss at 1.000088 read 1.000, as if it passed)."""
+    text = f"{r:.3f}"
+    return f"{r:.6f}" if text == "1.000" and r != 1.0 else text
+
+
 def _point_text(d: Design, pt) -> str:
     """A design point as the notes write it: ``24+5``, or a baseline's machine count."""
     return f"{pt[0]}" if d.is_baseline else f"{pt[0]}+{pt[1]}"
@@ -850,8 +857,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                               evaluated=_evaluated(ev, rate, _first_stream(inputs, req)), **base)
         excluded.append(sr.best)
         point = _point_text(d, sr.best)
-        # three decimals: a miss the search read at 0.997 reads 1.000 rounded to two, like a pass
-        rejected.append(f"{point} ({_ratio(ev.cache.get(sr.best)):.3f} -> {_ratio(worst):.3f})")
+        rejected.append(f"{point} ({_ratio_text(_ratio(ev.cache.get(sr.best)))} -> {_ratio_text(_ratio(worst))})")
         if len(excluded) >= req.max_confirm:
             return DesignPlan(status="unconfirmed", prompt=sr.best[0], token=sr.best[1], cost=worst.cost,
                               power=worst.power, result=worst, evaluations=ev.evaluations * streams,

@@ -517,3 +517,10 @@ def test_a_machine_dict_naming_one_machine_twice_by_case_is_refused():
     cat = {**BUILTIN_MACHINES, "DGX-H100": dataclasses.replace(BUILTIN_MACHINES["dgx-h100"], cost=1.0)}
     with pytest.raises(SplitwisePlanError, match=r"names one machine twice \(DGX-H100, dgx-h100"):
         plan(goal="min-cost", **dict(SMALL, machines_file=cat))
+
+
+def test_a_rejection_note_never_rounds_a_ratio_onto_the_other_side_of_its_limit():
+    """A miss at 1.000088 of its limit read '1.000' in the notes, and a pass at 0.99996 did too."""
+    from splitwise_plan.planner import _ratio_text
+    assert [_ratio_text(r) for r in (0.997, 1.000088, 0.99996, 1.0, 1.25)] == [
+        "0.997", "1.000088", "0.999960", "1.000", "1.250"]
