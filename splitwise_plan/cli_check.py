@@ -53,14 +53,6 @@ def _check_cluster(spec, inp: Inputs, cluster_file: Path) -> None:
                                  f"{', '.join(dict.fromkeys(d.machines))}): {exc}") from None
 
 
-def _scaled_trace(stream, factor: float):
-    """The trace with arrivals compressed so the rate is ``factor`` times higher."""
-    from .workloads import RequestStream
-    return RequestStream(stream.arrival_s / factor, stream.prompt_tokens, stream.output_tokens,
-                         name=f"{stream.name}x{factor:g}",
-                         horizon_s=None if stream.horizon_s is None else stream.horizon_s / factor)
-
-
 def violation_lines(result) -> list[str]:
     out = []
     for v in result.violations:
@@ -102,6 +94,8 @@ def check_cmd(
                                  f"got {headroom:g}")
     if rps is None and trace is None:
         raise SplitwisePlanError("give --rps R (the expected requests per second) or --trace FILE")
+    if rps is not None and trace is not None:   # (--headroom scales a trace)
+        raise SplitwisePlanError("give --rps (a generated stream) or --trace (a replayed file), not both")
     spec = _load_spec(cluster_file, machines_file)
     _check_outputs(json_out, csv_out, inputs=_input_files(
         cluster=cluster_file, trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
@@ -118,7 +112,7 @@ def check_cmd(
         if not inp.stream.duration_s > 0:
             raise SplitwisePlanError(f"trace {trace}: all its requests arrive at one instant, so it has no rate "
                                      "for --headroom to raise; give --headroom 0 or a trace that spans time")
-        inp.stream = _scaled_trace(inp.stream, factor)   # (the report's duration stays the trace's own,
+        inp.stream = inp.stream.at_rate(inp.stream.rate * factor)   # (the report's duration stays the trace's own,
         inp.rate = inp.stream.rate                       # beside the rate asked for)
     base_rate = rps if rps is not None else inp.rate / factor
     loads = [(inp.rate, inp.stream)]

@@ -162,6 +162,7 @@ class Inputs:
     method: str
     scheduler: SchedulerConfig = SchedulerConfig()   # the KV transfer among them
     source: object = None   # the loaded workload the streams are drawn from (None for a trace)
+    trace_rate: Optional[float] = None   # a trace time-scaled to ``rate`` (--trace with --rps): its own rate
 
     def simulator(self, stream=None, stop_early: bool = False):
         from .simulator import Simulator
@@ -184,7 +185,9 @@ class Inputs:
                              method=self.method, kv_transfer=self.scheduler.kv_transfer(), **extra)
 
     def describe(self) -> str:
-        src = f"trace {self.trace}" if self.trace else f"{self.workload} at {self.rate:g} req/s, {self.duration_s:g} s, seed {self.seed}"
+        src = (f"{self.workload} at {self.rate:g} req/s, {self.duration_s:g} s, seed {self.seed}" if not self.trace else
+               f"trace {self.trace}" if self.trace_rate is None else
+               f"trace {self.trace} time-scaled from {self.trace_rate:.4g} to {self.rate:g} req/s")
         n = f", {plural(len(self.stream), 'request')}" if self.stream is not None else ""
         return (f"{src}{n}; {self.model} TP{self.tensor_parallel}, {self.scheduler.describe()}; "
                 f"simulated with method {self.method}")
@@ -227,8 +230,6 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     if trace is not None and not allow_trace:
         raise SplitwisePlanError("--trace is not supported here (the rate varies); "
                                  "use --workload FILE to draw request sizes from a trace")
-    if trace is not None and rps is not None:
-        raise SplitwisePlanError("give --rps (a generated stream) or --trace (a replayed file), not both")
     if rps is not None:
         check_positive(rps, "--rps")
     elif trace is None and need_stream:
@@ -237,9 +238,11 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     machines = load_machines(machines_file)
     profileset = ProfileSet.load(profiles)
     slos.reference_model(profileset, model)
-    stream, wl, wl_name = None, None, None
+    stream, wl, wl_name, trace_rate = None, None, None, None
     if trace is not None:
         stream = load_trace(trace)
+        if rps is not None:   # the trace time-scaled to that rate, as a plan over a trace replays it at each rate
+            trace_rate, stream = stream.rate, stream.at_rate(rps)
         rate, dur, seed_used = stream.rate, stream.duration_s, None
     else:
         wl = load_workload(workload)
@@ -248,7 +251,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
         if need_stream:
             stream = nonempty(wl.generate(rps, duration_s=duration, seed=seed), rps, duration)
     return Inputs(stream, model, int(tp), wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
-                  machines, profiles, profileset, method, scheduler, wl)
+                  machines, profiles, profileset, method, scheduler, wl, trace_rate=trace_rate)
 
 
 def resolve_counts(design: Design, prompt: Optional[int], token: Optional[int],
@@ -417,7 +420,8 @@ def simulate_cmd(
     prompt: Optional[int] = typer.Option(None, "--prompt", "-p", help="Prompt machines (Splitwise designs)."),
     token: Optional[int] = typer.Option(None, "--token", "-t", help="Token machines (Splitwise designs)."),
     machines: Optional[int] = typer.Option(None, "--machines", "-m", help="Machines (baselines)."),
-    rps: Optional[float] = typer.Option(None, "--rps", help="Request rate of the generated stream, req/s."),
+    rps: Optional[float] = typer.Option(None, "--rps", help=(
+        "Request rate of the generated stream, req/s; with --trace, the trace time-scaled to this rate.")),
     workload: str = _opt_workload(),
     model: str = _opt_model(),
     tp: int = _opt_tp(),
@@ -531,7 +535,8 @@ def sweep_cmd(
                                          help="Prompt machines: 20:30 (inclusive), 20:40:2 (a step), or 20,24,28."),
     token: Optional[str] = typer.Option(None, "--token", "-t", metavar="RANGE", help="Token machines (same forms)."),
     machines: Optional[str] = typer.Option(None, "--machines", "-m", metavar="RANGE", help="Machines (baselines)."),
-    rps: Optional[float] = typer.Option(None, "--rps", help="Request rate of the generated stream, req/s."),
+    rps: Optional[float] = typer.Option(None, "--rps", help=(
+        "Request rate of the generated stream, req/s; with --trace, the trace time-scaled to this rate.")),
     workload: str = _opt_workload(),
     model: str = _opt_model(),
     tp: int = _opt_tp(),

@@ -499,16 +499,9 @@ class Inputs:
 
     def stream(self, rate: float | None, seed: int):
         """The request stream at ``rate`` (a trace is time-scaled to it) with ``seed``."""
-        from .workloads import RequestStream
-
         if self.trace is not None:
             tr = self.trace
-            if rate is None or abs(rate - tr.rate) < 1e-12:
-                return tr
-            k = tr.rate / rate
-            horizon = tr.duration_s * k
-            return RequestStream(tr.arrival_s * k, tr.prompt_tokens, tr.output_tokens,
-                                 name=f"{tr.name}@{rate:g}rps", horizon_s=horizon)
+            return tr if rate is None or abs(rate - tr.rate) < 1e-12 else tr.at_rate(rate)
         from .workloads import nonempty
         return nonempty(self.workload.generate(rate, duration_s=self.duration, seed=seed), rate, self.duration, seed)
 

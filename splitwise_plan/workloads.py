@@ -105,6 +105,16 @@ class RequestStream:
         d = self.duration_s
         return len(self) / d if d > 0 else float("nan")
 
+    def at_rate(self, rate: float) -> "RequestStream":
+        """The same requests, their arrivals (and length) time-scaled so the mean rate is ``rate``: a
+        trace replayed faster or slower, as the planner and ``check --headroom`` replay it."""
+        if not self.duration_s > 0:
+            raise SplitwisePlanError(f"request stream {self.name!r}: all its requests arrive at one instant, so it "
+                                     "has no rate to scale")
+        k = self.rate / positive_number(rate, "rate (requests per second)")
+        return RequestStream(self.arrival_s * k, self.prompt_tokens, self.output_tokens, name=f"{self.name}@{rate:g}rps",
+                             horizon_s=None if self.horizon_s is None else self.horizon_s * k)
+
     def to_frame(self) -> pd.DataFrame:
         """The stream in the reference simulator's trace format (one row per request)."""
         import pandas as pd

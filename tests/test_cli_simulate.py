@@ -152,6 +152,28 @@ def test_simulate_trace_replay(capsys, tmp_path):
     assert doc["results"][0]["requests"] == doc["inputs"]["requests"] > 0
 
 
+def test_a_trace_with_a_rate_is_the_trace_time_scaled_to_it(capsys, tmp_path):
+    """--trace with --rps replays the trace at that rate (as a plan over a trace and check --headroom
+    replay it): the same results as the file with every arrival time scaled by hand. It was refused,
+    so a max-throughput answer over a trace could not be simulated at its rate."""
+    from splitwise_plan.workloads import RequestStream, load_trace
+    trace, by_hand = tmp_path / "t.csv", tmp_path / "t2.csv"
+    load_workload("coding").generate(4, duration_s=20, seed=1).to_csv(trace)
+    own = load_trace(trace)
+    k = own.rate / 10.0
+    RequestStream(own.arrival_s * k, own.prompt_tokens, own.output_tokens).to_csv(by_hand)
+    docs = []
+    for args in (["--trace", trace, "--rps", 10], ["--trace", by_hand]):
+        code, out, err = run(capsys, "simulate", "--design", "HH", "-p", 2, "-t", 1, *args, "--method", "events",
+                             "--json", "-")
+        assert code == 0, err
+        docs.append(json.loads(out))
+    assert docs[0]["latency_s"] == docs[1]["latency_s"] and docs[0]["requests"] == len(own)
+    code, out, err = run(capsys, "simulate", "--design", "HH", "-p", 2, "-t", 1, "--trace", trace, "--rps", 10,
+                         "--method", "events", "--quiet")
+    assert f"time-scaled from {own.rate:.4g} to 10 req/s" in out
+
+
 @pytest.mark.parametrize("args", [
     ["--design", "XX", "-p", 1, "-t", 1, "--rps", 5],                      # unknown design
     ["--design", "HH", "-p", 1, "--rps", 5],                               # missing token count
@@ -169,7 +191,7 @@ def test_simulate_trace_replay(capsys, tmp_path):
     ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--tp", 3],           # no profile at TP3
     ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--workload", "nope"],
     ["--design", "HH", "-p", 1, "-t", 1, "--trace", "missing.csv"],
-    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--trace", "x.csv"],  # both
+    ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--trace", "x.csv"],  # a missing trace to scale
     ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--slo", "missing.toml"],
     ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--machines-file", "missing.toml"],
     ["--design", "HH", "-p", 1, "-t", 1, "--rps", 5, "--method", "magic"],
