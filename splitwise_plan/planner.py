@@ -796,7 +796,8 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
         sr = search(ev, space, req.strategy, exclude=excluded, **opts)
         if sr.best is None:
             note = (f"no design within {p_max} machines meets the SLOs" if d.is_baseline else
-                    f"no design within {p_max} prompt x {t_max} token machines meets the SLOs") + _too_big(sim, d)
+                    f"no design within {p_max} prompt x {t_max} token machines meets the SLOs")
+            note += (f" with the {req.margin:.0%} margin" if req.margin > 0 else "") + _too_big(sim, d)
             if excluded:
                 note += f" (confirmation rejected {', '.join(f'{p}+{t}' for p, t in excluded)})"
             status = "unconfirmed" if excluded else "infeasible"
