@@ -112,8 +112,9 @@ def check_cmd(
         if not inp.stream.duration_s > 0:
             raise SplitwisePlanError(f"trace {trace}: all its requests arrive at one instant, so it has no rate "
                                      "for --headroom to raise; give --headroom 0 or a trace that spans time")
-        inp.stream = inp.stream.at_rate(inp.stream.rate * factor)   # (the report's duration stays the trace's own,
-        inp.rate = inp.stream.rate                       # beside the rate asked for)
+        # (the report's duration stays the trace's own, beside the rate asked for)
+        inp.stream = inp.stream.at_rate(inp.stream.rate * factor)
+        inp.rate = inp.stream.rate
     base_rate = rps if rps is not None else inp.rate / factor
     loads = [(inp.rate, inp.stream)]
     if factor != 1.0:   # and the rate itself: each rate is its own stream, and headroom must never pass a cluster
