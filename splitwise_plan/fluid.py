@@ -611,6 +611,13 @@ class _Run:
             dying[gone] = True
             n_dying = np.count_nonzero(dying)
 
+        def overload(over):
+            """Stop the designs at rows ``over`` (a mask; those stopped already stay as they are) as overloaded:
+            request ``i`` is their last."""
+            over &= ~dying
+            halt(over)
+            stop[act[over]] = i + 1
+
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, running, ring_off
@@ -727,12 +734,13 @@ class _Run:
             tj = tkey.argmin(axis=1)
             ft = pq.flat(tj)
             ok_t = tkey.reshape(-1)[ft] + m < cap.reshape(-1)[ft]
-            short_t = np.count_nonzero(ok_t) < D   # a token pool without room: where the decode goes may lack it
+            short_t = False   # a token pool without room: where the decode goes may lack it (see below)
             if mixed_on:
                 okb = ok_p & ok_t
                 if np.count_nonzero(okb) < D:
                     bad_p, bad_t = (~ok_p).nonzero()[0], (~ok_t).nonzero()[0]
                     new_p, new_t = bad_p.size, bad_t.size   # machines that change
+                    short_t = new_t > 0
                     if any_mixed:   # then the mixed pool
                         if bad_p.size:
                             bad_p = mixed(bad_p, jsq, pj, ok_p, lambda r, f: ~long_queue(r, f, s))
@@ -755,6 +763,8 @@ class _Run:
                         fp = pq.flat(pj)
                     if new_t:
                         ft = pq.flat(tj)
+            else:
+                short_t = np.count_nonzero(ok_t) < D
             # (where no machine has room the reference's transfer waits for memory, and so does this model's
             # decode, below: not an overflow, which is a request that never gets memory; see _outcome)
             apart = pj != tj                        # the KV cache moves from the prompt to the token machine
@@ -790,9 +800,7 @@ class _Run:
                 if any_waiting:
                     waiting[fp] = False         # the machine's last batch is this prompt's
             if start[start.argmax()] - t > self.overload_s:
-                over = (start - t > self.overload_s) & ~dying
-                halt(over)
-                stop[act[over]] = i + 1
+                overload(start - t > self.overload_s)
             qh, fk = q_head[fp], q_tail[fp]         # the next slot of the machine's prompt ring
             full = q_end_f[fk] < inf                # its R slots all hold prompts not yet done
             nk = next_slot(fk)
@@ -825,9 +833,7 @@ class _Run:
                     if ready[k].max() - t > self.overload_s:   # waiting past every limit: overloaded, as a queue
                         over = np.zeros(D, dtype=bool)
                         over[k] = ready[k] - t > self.overload_s
-                        over &= ~dying
-                        halt(over)
-                        stop[act[over]] = i + 1
+                        overload(over)
             end = ready + tau * iters_l[i]
             book(fp, apart * (self.kv * (s + 1.0)), ready, ft, m, end)   # prompt KV freed after the transfer
             if pq.whole:   # no design dropped yet: whole rows
