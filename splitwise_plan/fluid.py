@@ -48,7 +48,7 @@ from .latency_model import MIXED_BATCH_FACTOR
 
 _RING_S = 0.25         # time resolution of the per-machine release ring
 _RING = 512            # buckets in the ring at most: releases up to 128 s ahead (see _Run.ring_buckets)
-_PENDING = 16          # prompts remembered per machine for JSQ and the queue-length rule (a power of two)
+_PENDING = 16          # prompt batches remembered per machine for JSQ and the queue-length rule (a power of two)
 _POSTPONE = 64         # buckets after a prompt batch whose releases it postpones (16 s)
 _BLOCK_BITS = 3
 _BLOCK = 1 << _BLOCK_BITS   # buckets a machine keeps side by side in its rings (a block of 2 s)
@@ -301,6 +301,7 @@ class _Run:
         home = np.where(on_token_col, _TOKEN, _PROMPT) + np.zeros((D, 1), dtype=np.int8)
         role = np.where(exists, home, _ABSENT).astype(np.int8)
         cap = np.where(on_token_col, self.cap_t[:, None], self.cap_p[:, None])   # KV bytes each machine holds
+        least_room = float(cap[exists].min())   # a request above it may not fit on every machine
         smem = np.zeros((D, M))                 # booked KV bytes (the reference's sched_memory)
         ndec = np.zeros((D, M))                 # booked decodes
         L = self.ring_buckets()
@@ -326,10 +327,10 @@ class _Run:
         sampled_s = np.full(D, np.nan)
         starts_flat = starts.reshape(-1)
         R = _PENDING
-        q_end = np.full((D * M, R), np.inf)     # the last prompts queued on each machine (inf: a free slot)
+        q_end = np.full((D * M, R), np.inf)     # the last prompt batches queued on each machine (inf: a free slot)
         q_tok = np.zeros((D * M, R))
-        # slots as flat indices into q_end/q_tok (machine * R + slot): the oldest prompt of each
-        # machine not yet done, and the slot the next prompt takes (the ring is full if it is not free)
+        # slots as flat indices into q_end/q_tok (machine * R + slot): the oldest batch of each
+        # machine not yet done, and the slot the next batch takes (the ring is full if it is not free)
         q_head = np.arange(D * M, dtype=np.int64) * R
         q_tail = q_head.copy()
 
@@ -444,9 +445,10 @@ class _Run:
             """Do ``m`` more KV bytes fit on flat machines ``f``?"""
             return smem.reshape(-1)[f] + m < cap.reshape(-1)[f]
 
-        def mixed(bad, key, j, ok, check):
-            """Designs ``bad`` try the mixed pool's least-``key`` machine; returns those still without one."""
-            mj, fm, ok_m = pick(bad, pen_m, key)
+        def mixed(bad, pen, key, j, ok, check):
+            """Designs ``bad`` try the mixed pool's least-``key`` machine (penalty ``pen``: ``pen_m`` and any
+            machine that cannot hold the request); returns those still without one."""
+            mj, fm, ok_m = pick(bad, pen, key)
             ok_m &= check(bad, fm)
             got = bad[ok_m]
             j[got] = mj[ok_m]
@@ -712,7 +714,7 @@ class _Run:
                         any_mixed = bool((role == _MIXED).any())
                 pkey, tkey = keys()
             f = (q_next <= t).nonzero()[0]
-            while f.size:   # retire the prompts done by now, oldest first (FCFS: in end order)
+            while f.size:   # retire the batches done by now, oldest first (FCFS: in end order)
                 fh = q_head[f]
                 ptok_f[f] -= q_tok_f[fh]
                 q_end_f[fh] = inf                   # a free slot again
@@ -723,6 +725,12 @@ class _Run:
             # prompt tokens not yet done, the running batch included, plus booked decodes)
             # unless its queue is long; whole rows (pkey is inf off the prompt pool): contiguous is faster
             kp = ptok + pkey
+            pens = pen_m, pen_t, pen_m, pen_p, absent   # the pools' penalties for its prompt, then its decode
+            if m > least_room:   # some machine can never hold this request: it is no candidate (the reference's
+                # rule: a long prompt there would block its queue for ever), for the prompt's KV cache, then the whole
+                no_p, no_t = (np.where(cap >= need, 0.0, inf) for need in (self.kv * (s + 1.0), m))
+                kp = kp + no_p
+                pens = pen_m + no_p, pen_t + no_p, pen_m + no_t, pen_p + no_t, absent + no_t
             pj = kp.argmin(axis=1)
             fp = pq.flat(pj)
             load = kp.reshape(-1)[fp]               # inf off the prompt pool
@@ -741,20 +749,24 @@ class _Run:
                     bad_p, bad_t = (~ok_p).nonzero()[0], (~ok_t).nonzero()[0]
                     new_p, new_t = bad_p.size, bad_t.size   # machines that change
                     short_t = new_t > 0
+                    mixed_p, borrow_p, mixed_t, borrow_t, anywhere = pens
                     if any_mixed:   # then the mixed pool
                         if bad_p.size:
-                            bad_p = mixed(bad_p, jsq, pj, ok_p, lambda r, f: ~long_queue(r, f, s))
+                            bad_p = mixed(bad_p, mixed_p, jsq, pj, ok_p, lambda r, f: ~long_queue(r, f, s))
                         if bad_t.size:
-                            bad_t = mixed(bad_t, memory, tj, ok_t, lambda r, f: fits(f, m))
+                            bad_t = mixed(bad_t, mixed_t, memory, tj, ok_t, lambda r, f: fits(f, m))
                     if bad_p.size:   # then borrow a token machine for prompts
-                        bad_p = borrow(bad_p, pen_t, decodes, pj, ok_p)
+                        bad_p = borrow(bad_p, borrow_p, decodes, pj, ok_p)
                     if bad_t.size:   # and a prompt machine for decodes
-                        bad_t = borrow(bad_t, pen_p, memory, tj, ok_t)
+                        bad_t = borrow(bad_t, borrow_t, memory, tj, ok_t)
                     # those still bad (in order, as ~(ok_p & ok_t)): often of one kind or none
                     stuck = bad_p if not bad_t.size else bad_t if not bad_p.size else (~(ok_p & ok_t)).nonzero()[0]
-                    if stuck.size:   # nowhere to go: prompt and decode on the least loaded machine
+                    if stuck.size:   # nowhere to go: prompt and decode on the least loaded machine that can hold it
                         short_t = True
-                        fj, ff, _ = pick(stuck, absent, jsq)
+                        fj, ff, fit = pick(stuck, anywhere, jsq)
+                        if anywhere is not absent and np.count_nonzero(fit) < stuck.size:   # none can: any of them
+                            fj = np.where(fit, fj, pick(stuck, absent, jsq)[0])
+                            ff = stuck * M + fj
                         pj[stuck] = fj
                         tj[stuck] = fj
                         pkey.ravel()[ff] += 1.0   # their decode is booked there (see book)
@@ -802,9 +814,19 @@ class _Run:
             if start[start.argmax()] - t > self.overload_s:
                 overload(start - t > self.overload_s)
             qh, fk = q_head[fp], q_tail[fp]         # the next slot of the machine's prompt ring
-            full = q_end_f[fk] < inf                # its R slots all hold prompts not yet done
             nk = next_slot(fk)
-            if np.count_nonzero(full):              # forget the oldest prompt remembered
+            tok = s
+            if np.count_nonzero(fresh) < D:         # some join their machine's last batch (not started, so not
+                # retired): they add to its slot, which ends as the grown batch does, and so do the prompts
+                # queued in it before them (the reference retires a batch's prompts as one)
+                grow = ~fresh
+                nk = np.where(grow, fk, nk)         # the ring does not advance
+                fk = np.where(grow, prev_slot(fk), fk)
+                tok = s + q_tok_f[fk] * grow
+                full = (q_end_f[fk] < inf) & fresh
+            else:
+                full = q_end_f[fk] < inf            # its R slots all hold batches not yet done
+            if np.count_nonzero(full):              # forget the oldest batch remembered
                 ptok_f[fp] += s - q_tok_f[fk] * full
                 qh = np.where(full, nk, qh)
                 q_head[fp] = qh
@@ -812,7 +834,7 @@ class _Run:
                 ptok_f[fp] += s
             q_tail[fp] = nk
             q_end_f[fk] = end_p
-            q_tok_f[fk] = s
+            q_tok_f[fk] = tok
             q_next[fp] = q_end_f[qh]
             ready = end_p + apart * xfer_l[i]
             # the decode: output-1 iterations at its machine's batch size, after joining a batch

@@ -234,27 +234,42 @@ def coding70_60s():
     return load_workload("coding").generate(70.0, duration_s=60.0, seed=3)
 
 
+def _fluid_and_oracle(workload, rate, duration, seeds, points):
+    """(fluid result, oracle result) of each design point on each seed's stream, seed by seed."""
+    out = []
+    for seed in seeds:
+        stream = load_workload(workload).generate(rate, duration_s=duration, seed=seed)
+        fluid = Simulator(stream).run_points(points)
+        oracle = Simulator(stream, method="events").run_points(points)
+        out += list(zip(fluid, oracle))
+    return out
+
+
+def _mean_error(pairs, value) -> float:
+    return float(np.mean([abs(value(f) / value(o) - 1.0) for f, o in pairs]))
+
+
+# Near the frontiers the mixed pool makes a design chaotic: one prompt routed elsewhere moves which
+# machines are borrowed for the rest of the run, and a single stream's tightest ratio then differs by
+# 20% between two faithful models. So these compare the two simulators over several streams.
+
 def test_fluid_tracks_the_oracle_when_the_token_pool_is_starved():
     # Decodes spill onto borrowed prompt machines (the mixed pool) and are slowed by their prompts.
-    stream = load_workload("coding").generate(25.0, duration_s=40.0, seed=3)
-    fluid = Simulator(stream, method="fluid").run("HHcap", 9, 2)
-    oracle = Simulator(stream, method="events").run("HHcap", 9, 2)
-    assert fluid.latency_s["tbt"][90] == pytest.approx(oracle.latency_s["tbt"][90], rel=0.3)
-    assert fluid.latency_s["e2e"][90] == pytest.approx(oracle.latency_s["e2e"][90], rel=0.3)
-    assert fluid.utilization == pytest.approx(oracle.utilization, abs=0.06)
+    pairs = _fluid_and_oracle("coding", 25.0, 40.0, range(5), [("HHcap", 9, 2)])
+    assert _mean_error(pairs, lambda r: r.latency_s["tbt"][90]) < 0.15
+    assert _mean_error(pairs, lambda r: r.latency_s["e2e"][90]) < 0.15
+    for f, o in pairs:
+        assert f.utilization == pytest.approx(o.utilization, abs=0.06)
 
 
 def test_a_long_prompt_on_a_borrowed_token_machine_waits_for_its_decode_run():
     # Splitwise-HA 26+4: long prompts overflow onto the A100 token machines. A prompt longer
     # than a batch's tokens does not stop the decodes running there (the reference pauses a
     # run only for what fits beside it); it waits for the run to end, so more decodes arrive
-    # in time to wait out its 2-3 s. Reading it at the next iteration put TBT P99 30% low; it is 18%
-    # low now (9% before decodes that find their machine idle stopped waiting for an iteration).
-    stream = load_workload("coding").generate(70.0, duration_s=120.0, seed=1)
-    fluid = Simulator(stream, method="fluid").run("HA", 26, 4)
-    oracle = Simulator(stream, method="events").run("HA", 26, 4)
-    assert not fluid.slo_met and not oracle.slo_met
-    assert fluid.slowdown["tbt"][99] == pytest.approx(oracle.slowdown["tbt"][99], rel=0.2)
+    # in time to wait out its 2-3 s. Reading it at the next iteration put TBT P99 30% low.
+    pairs = _fluid_and_oracle("coding", 70.0, 120.0, range(5), [("HA", 26, 4)])
+    assert all(not o.slo_met for _, o in pairs) and sum(not f.slo_met for f, _ in pairs) >= 4
+    assert _mean_error(pairs, lambda r: r.slowdown["tbt"][99]) < 0.2
 
 
 def test_a_batch_of_designs_gives_what_each_gives_alone():
@@ -285,26 +300,16 @@ def test_a_batch_of_several_designs_gives_what_each_gives_alone():
 
 
 # Points near the SLO boundary where the fluid model once read optimistic (A100 token pools,
-# starved token pools): it must now read a close tightest ratio, and so give the oracle's
-# verdict wherever the oracle is not within 2% of the limit (HH 23+6 is: 0.99x).
+# starved token pools): over four streams it must read a close tightest ratio, and so give the
+# oracle's verdict wherever the oracle is not within 2% of the limit.
 BOUNDARY = [("HA", 19, 20), ("HA", 26, 6), ("HH", 24, 4), ("HH", 23, 6), ("AA", 40, 20), ("AA", 55, 7)]
 
 
-@pytest.fixture(scope="module")
-def coding70():
-    return load_workload("coding").generate(70.0, duration_s=120.0, seed=0)
-
-
-@pytest.mark.parametrize("design,n_prompt,n_token", BOUNDARY)
-def test_fluid_gives_the_oracles_verdict_near_the_slo_boundary(coding70, design, n_prompt, n_token):
-    fluid = Simulator(coding70, method="fluid").run(design, n_prompt, n_token)
-    oracle = Simulator(coding70, method="events").run(design, n_prompt, n_token)
-    # within 15% near the limit; HA 19+20 fails it 2.7x over (TBT P90, decodes on borrowed prompt machines)
-    # and the fluid model reads that 16% high: 20% there
-    far = abs(oracle.tightest["ratio"] - 1.0) > 0.5
-    assert fluid.tightest["ratio"] == pytest.approx(oracle.tightest["ratio"], rel=0.2 if far else 0.15)
-    if abs(oracle.tightest["ratio"] - 1.0) > 0.02:
-        assert fluid.slo_met == oracle.slo_met
+def test_fluid_gives_the_oracles_verdict_near_the_slo_boundary():
+    pairs = _fluid_and_oracle("coding", 70.0, 120.0, range(4), BOUNDARY)
+    assert _mean_error(pairs, lambda r: r.tightest["ratio"]) < 0.12
+    clear = [(f, o) for f, o in pairs if abs(o.tightest["ratio"] - 1.0) > 0.02]
+    assert sum(f.slo_met == o.slo_met for f, o in clear) >= 0.85 * len(clear)
 
 
 @pytest.mark.parametrize("rate,verdict", [(23.5, True), (32.0, False)])
@@ -485,6 +490,30 @@ def test_a_request_larger_than_any_machine_is_unfinished_and_flagged(method):
         # oracle queued it on a machine, where it held the other's transfer back for ever)
         alone, one = Simulator(_one(1_000, 10), method=method).run_requests("HH", 1, 1)
         assert table["e2e_s"][1] == pytest.approx(one["e2e_s"][0], rel=1e-9)
+
+
+@pytest.mark.parametrize("method", ["events", "fluid"])
+def test_a_prompt_batch_counts_its_first_prompts_until_the_batch_ends(method):
+    """Prompts that share a batch leave the queue together, when the batch ends. HH 2+1 with a pending
+    limit of 3100 tokens: A (2500 tokens) fills machine 0; B (1000) runs on machine 1; C (100) and D (50)
+    queue there in one batch, and F (1900) behind them. E (1100 tokens) arrives while C+D run, after
+    C alone would have ended: machine 1 still holds C + D + F = 2050 tokens, so 2050 + 1100 passes the
+    limit and E borrows the token machine. The fluid model retired C at the end C alone would have had,
+    saw 1950 pending and queued E behind F (0.38 s, where the oracle reads 0.14 s)."""
+    from dataclasses import replace
+    from splitwise_plan.cluster import SchedulerConfig
+    sched = replace(SchedulerConfig(), prompt_max_pending_tokens=3100)
+    sim = Simulator(_one(1, 1), scheduler=sched, method=method)
+    prompt = sim.latency(sim.machine("dgx-h100")).prompt_time
+    b_end = 0.001 + float(prompt(1000))
+    c_alone, cd_end = b_end + float(prompt(100)), b_end + float(prompt(150))
+    t_e = 0.5 * (c_alone + cd_end)
+    stream = RequestStream(np.array([0.0, 0.001, 0.002, 0.003, 0.004, t_e]),
+                           np.array([2500, 1000, 100, 50, 1900, 1100]), np.ones(6, dtype=np.int64))
+    _, table = Simulator(stream, scheduler=sched, method=method).run_requests("HH", 2, 1)
+    f_end = 0.004 + table["ttft_s"][4]
+    assert f_end == pytest.approx(cd_end + float(prompt(1900)), rel=1e-6)   # F queued behind C+D on machine 1
+    assert table["ttft_s"][5] < f_end - t_e   # E did not wait for F (it would have read f_end - t_e + its own time)
 
 
 @pytest.mark.parametrize("method", ["events", "fluid"])
