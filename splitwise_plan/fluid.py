@@ -472,8 +472,9 @@ class _Run:
             ok[r] = True
             return bad[~ok_b]
 
-        def book(fp, sent, ready, ft, m, end):
-            """Book ``sent`` KV bytes on the prompt machines until ``ready``, ``m`` and a decode on the token machines until ``end``.
+        def book(fp, sent, ready, ft, m, end, decode=True):
+            """Book ``sent`` KV bytes on the prompt machines until ``ready``, ``m`` and a decode on the token machines until ``end``
+            (no decode for a request of one output token: its prompt makes it, and ``ft`` is ``fp``).
 
             ``fp`` and ``ft`` are flat (design, machine) indices. (Where both are one machine
             ``sent`` is 0, so the duplicate index loses nothing.) The keys change only where they are
@@ -484,7 +485,7 @@ class _Run:
             f = np.concatenate((fp, ft))
             booked = np.empty(2 * D, dtype=np.complex128)   # memory + 1j * decodes
             booked[:D] = sent
-            booked[D:] = complex(m, 1.0)
+            booked[D:] = complex(m, float(decode))
             amount = booked.real
             fb = (f if ring_off is None else f + ring_off) * B   # their rows of the rings, in cells
             # released at the bucket boundary nearest the time (not up to a bucket late), from lap() on
@@ -494,10 +495,11 @@ class _Run:
             cell = bucket_cell.take(b) + fb     # (ready, prompt machine) and (end, token machine)
             ring_flat[cell] += booked
             occupied[b % L] = True
-            starts_flat[bucket_cell.take(b[:D]) + fb[D:]] += 1   # (ready, token machine)
+            if decode:
+                starts_flat[bucket_cell.take(b[:D]) + fb[D:]] += 1   # (ready, token machine)
+                ndec.ravel()[ft] += 1.0
             smem.ravel()[f] += amount
             tkey.ravel()[ft] += m
-            ndec.ravel()[ft] += 1.0
 
         def window_rows(rr, jj, b0, blocks):
             """Ring rows (one block of ``B`` buckets each) of machines ``jj`` of designs ``rr``, for
@@ -685,6 +687,7 @@ class _Run:
         # per request as Python floats: cheaper to index and to combine with arrays than numpy scalars
         prompt = self.prompt
         arrival, held, iters_l, join_l, xfer_l = (x.tolist() for x in (self.a, self.mem, self.iters, self.u, self.xfer))
+        one_token_l = (self.n <= 1).tolist()
         for i in range(N):
             if self.verdict is not None and i - checked >= _CHECK:
                 gone = self._hopeless(checked, i, pq, act, tau_req, pmach, dmach) & ~dying
@@ -742,6 +745,9 @@ class _Run:
             tj = tkey.argmin(axis=1)
             ft = pq.flat(tj)
             ok_t = tkey.reshape(-1)[ft] + m < cap.reshape(-1)[ft]
+            one_token = one_token_l[i]
+            if one_token:   # one output token: the prompt makes it, no token machine (its memory stays with the prompt)
+                ok_t = np.ones(D, dtype=bool)
             short_t = False   # a token pool without room: where the decode goes may lack it (see below)
             if mixed_on:
                 okb = ok_p & ok_t
@@ -769,7 +775,8 @@ class _Run:
                             ff = stuck * M + fj
                         pj[stuck] = fj
                         tj[stuck] = fj
-                        pkey.ravel()[ff] += 1.0   # their decode is booked there (see book)
+                        if not one_token:
+                            pkey.ravel()[ff] += 1.0   # their decode is booked there (see book)
                         new_p = new_t = True
                     if new_p:
                         fp = pq.flat(pj)
@@ -777,6 +784,8 @@ class _Run:
                         ft = pq.flat(tj)
             else:
                 short_t = np.count_nonzero(ok_t) < D
+            if one_token:
+                tj, ft = pj, fp
             # (where no machine has room the reference's transfer waits for memory, and so does this model's
             # decode, below: not an overflow, which is a request that never gets memory; see _outcome)
             apart = pj != tj                        # the KV cache moves from the prompt to the token machine
@@ -857,7 +866,7 @@ class _Run:
                         over[k] = ready[k] - t > self.overload_s
                         overload(over)
             end = ready + tau * iters_l[i]
-            book(fp, apart * (self.kv * (s + 1.0)), ready, ft, m, end)   # prompt KV freed after the transfer
+            book(fp, apart * (self.kv * (s + 1.0)), ready, ft, m, end, not one_token)   # prompt KV freed after the transfer
             if pq.whole:   # no design dropped yet: whole rows
                 tau_req[i] = tau
                 pmach[i] = pj
@@ -904,7 +913,7 @@ class _Run:
                 pm, dm = (np.where(x >= Cp, x - shift, x) for x in (pm, dm))
             waits = _MachineBusy(pq.bstart[:n, sl], pq.bdur[:n, sl], pq.bcred[:n, sl], pq.leaders(sl)[:n],
                                  int(self.machines[d]), pm, dm, span)
-            alone[:n, sl] += waits.delays(t1[:n], base[:n])
+            alone[:n, sl] += waits.delays(t1[:n], base[:n]) * (self.n[:n, None] > 1)   # one token: no decode to delay
         del pmach, dmach, tau_req
         pq.free("bstart", "bcred", "rb", "bdur")   # what the outcome no longer needs
         return self._outcome(busy_s, ttft, alone, oom, stop, failed, sampled_s)

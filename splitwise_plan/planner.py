@@ -799,7 +799,7 @@ def _plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockst
                     f"no design within {p_max} prompt x {t_max} token machines meets the SLOs")
             note += (f" with the {req.margin:.0%} margin" if req.margin > 0 else "") + _too_big(sim, d)
             if excluded:
-                note += f" (confirmation rejected {', '.join(f'{p}+{t}' for p, t in excluded)})"
+                note += f" (confirmation rejected {', '.join(_point_text(d, pt) for pt in excluded)})"
             status = "unconfirmed" if excluded else "infeasible"
             return DesignPlan(status=status, evaluations=ev.evaluations * streams, confirmations=confirm.runs,
                               confirmed=confirm.confirmed(rate), seconds=time.perf_counter() - t0, note=note,

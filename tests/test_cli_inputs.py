@@ -355,7 +355,14 @@ def test_a_stop_sent_to_the_whole_group_is_two_plain_lines(signame):
     import time
     cmd = [sys.executable, "-m", "splitwise_plan", "--goal", "min-cost", "--rps", "70", "--duration", "60"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    time.sleep(3)
+    if os.path.isdir("/proc/self"):   # once its side processes run (a fixed 3 s could end in Python's start on a busy host)
+        deadline = time.monotonic() + 60
+        children = f"/proc/{proc.pid}/task/{proc.pid}/children"
+        while time.monotonic() < deadline and proc.poll() is None and not open(children).read().split():
+            time.sleep(0.2)
+        time.sleep(1)
+    else:
+        time.sleep(3)
     os.killpg(proc.pid, getattr(signal, signame))
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130, err

@@ -527,3 +527,13 @@ def test_a_rejection_note_never_rounds_a_ratio_onto_the_other_side_of_its_limit(
     from splitwise_plan.planner import _ratio_text
     assert [_ratio_text(r) for r in (0.997, 1.000088, 0.99996, 1.0, 1.25)] == [
         "0.997", "1.000088", "0.999960", "1.000", "1.250"]
+
+
+def test_an_unconfirmed_baseline_names_the_machine_counts_it_rejected(sim_dir):
+    # On the reference's trace the fluid model passes Baseline-H100 with 52 machines (TBT P90
+    # 1.4997x), which the oracle fails as the reference does (1.5047x): capped at 52 machines,
+    # nothing confirmed is left. The note names the rejected point as a baseline is counted.
+    res = plan(goal="min-cost", trace=str(sim_dir / "rr_code_70_2min.csv"), designs="H100", jobs=1,
+               limits=(("H100", 52, 0),))
+    h100 = res.get("H100")
+    assert h100.status == "unconfirmed" and h100.note.endswith("(confirmation rejected 52)")

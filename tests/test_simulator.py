@@ -542,6 +542,23 @@ def test_one_token_outputs_leave_no_memory_or_load_behind():
         assert a.slowdown["ttft"][90] == pytest.approx(b.slowdown["ttft"][90], rel=0.1)
 
 
+def test_fluid_runs_one_token_requests_on_their_prompt_machine_alone():
+    """A request of one output token needs no token machine (the reference runs it on its prompt
+    machine alone). With every other coding request so, Splitwise-HH 24+2 at 70 req/s: the fluid model
+    once booked a decode and the KV cache of each on a token machine until its prompt ended, so the
+    token pool looked full, decodes borrowed more prompt machines, and it read the tightest SLO 18%
+    off the oracle's on average over four streams (1.10x against 0.87x on the first); 4% now."""
+    errors = []
+    for seed in range(4):
+        base = load_workload("coding").generate(70.0, duration_s=60.0, seed=seed)
+        out = np.asarray(base.output_tokens).copy()
+        out[::2] = 1
+        stream = RequestStream(base.arrival_s, base.prompt_tokens, out)
+        fluid, oracle = (Simulator(stream, method=m).run("HH", 24, 2) for m in ("fluid", "events"))
+        errors.append(abs(fluid.tightest["ratio"] / oracle.tightest["ratio"] - 1.0))
+    assert np.mean(errors) < 0.1
+
+
 @pytest.mark.parametrize("method", ["events", "fluid"])
 def test_a_splitwise_machine_runs_one_instance_per_tensor_parallel_group(method):
     """At TP2 the reference splits each 8-GPU Splitwise machine into four instances of two GPUs (each
