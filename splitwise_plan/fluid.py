@@ -315,6 +315,11 @@ class _Run:
         # these keep a borrowed machine in the mixed pool (the reference frees it once nothing runs
         # there); counted up at their start, by time bucket, and down with the ring's releases
         running = np.zeros((D, M))
+        # the reference frees a borrowed machine as a batch ends on it with nothing left, not while it
+        # waits idle for the decodes routed to it: so only once work has ended there since it was
+        # borrowed (prompt work queued past that time, or a decode started there since, or running then)
+        borrowed_at = np.zeros((D, M))
+        decoded = np.zeros((D, M), dtype=bool)
         starts = np.zeros(ring.shape, dtype=np.int16)   # laid out as the release ring
         # buckets (mod L) that may hold releases or starts: a long quiet spell of a sparse trace
         # walks only these, not every bucket of every machine (see advance)
@@ -464,6 +469,8 @@ class _Run:
             if r.size:
                 f = fb[ok_b]
                 role.ravel()[f] = _MIXED
+                borrowed_at.ravel()[f] = t
+                decoded.ravel()[f] = running.ravel()[f] >= 0.5
                 for x in (pen_p, pen_t, pkey, tkey):
                     x.ravel()[f] = inf
                 pen_m.ravel()[f] = 0.0
@@ -624,7 +631,7 @@ class _Run:
 
         def compact():
             """Drop the overloaded designs from the loop's arrays."""
-            nonlocal D, rows, W, act, home, role, absent, smem, ndec, running, ring_off
+            nonlocal D, rows, W, act, home, role, absent, smem, ndec, running, borrowed_at, decoded, ring_off
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
             nonlocal q_head, q_tail, q_next, ptok, cap, tofs, n_dying, busy, waiting
             keep = (~dying).nonzero()[0]
@@ -634,7 +641,7 @@ class _Run:
             D, rows, W, act = keep.size, pq.rows, pq.W, pq.cols
             home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey = (
                 x.take(keep, axis=0) for x in (home, role, absent, smem, ndec, pen_p, pen_t, pen_m, pkey, tkey))
-            running = running.take(keep, axis=0)
+            running, borrowed_at, decoded = (x.take(keep, axis=0) for x in (running, borrowed_at, decoded))
             ring_off = np.tile((act - rows) * M, 2)   # the rings keep the dropped designs' rows: no copy
             q_end, q_tok = (x.reshape(-1, M, R).take(keep, axis=0).reshape(-1, R) for x in (q_end, q_tok))
             q_head, q_tail, q_next, waiting = (x.reshape(-1, M).take(keep, axis=0).ravel()
@@ -670,7 +677,10 @@ class _Run:
                 np.subtract(running, due.imag, out=running)
                 bucket[...] = 0.0
                 began = starts[blk, :, :, pos]
-                np.add(running, began if ring_off is None else began[act], out=running)
+                now_began = began if ring_off is None else began[act]
+                np.add(running, now_began, out=running)
+                if any_mixed:
+                    np.logical_or(decoded, now_began > 0, out=decoded)
                 began[...] = 0
                 np.add(busy, (running >= 0.5) | (W > (k + 1) * _RING_S), out=busy)
                 k0 = k + 1
@@ -710,7 +720,7 @@ class _Run:
                 advance(cur)
                 last = cur
                 if mixed_on and any_mixed:   # a borrowed machine goes home once nothing runs on it
-                    idle = (role == _MIXED) & (running < 0.5) & (W <= t)
+                    idle = (role == _MIXED) & (running < 0.5) & (W <= t) & ((W > borrowed_at) | decoded)
                     if idle.any():
                         role = np.where(idle, home, role)
                         pen_p, pen_t, pen_m = penalties()
