@@ -12,8 +12,9 @@ more than one. Per design it keeps:
   pending prompt tokens, and its role: prompt pool, token pool or mixed pool. Routing
   follows the reference's cluster-level rules (JSQ on pending prompt tokens plus booked
   decodes, long prompt queues borrow token machines, full token machines borrow prompt
-  machines, borrowed machines go home once nothing runs on them, though decodes routed there
-  may still be on their way);
+  machines, borrowed machines go home once nothing runs on them after work has ended there,
+  though decodes routed there may still be on their way; a machine that can never hold a
+  request is no candidate for it, and a request of one output token stays on its prompt machine);
 - each machine's busy state (decodes running there, or prompt work queued), sampled at every
   bucket boundary for the design's utilization;
 - decoding as ``output - 1`` iterations of the token-phase time at its machine's batch
@@ -285,8 +286,10 @@ class _Run:
         prompt pool's least-loaded machine unless its queue is long, then to the mixed
         pool, then borrows a token machine; a decode goes to the token machine with the
         least booked memory that fits, then to the mixed pool, then borrows a prompt
-        machine. Borrowed machines return to their pool once nothing runs on them (decodes
-        booked there whose prompt or KV transfer is still running do not hold them).
+        machine. Borrowed machines return to their pool once nothing runs on them and work has
+        ended there since (decodes booked there whose prompt or KV transfer is still running do
+        not hold them; one borrowed idle waits for its first work, as the reference frees a
+        machine as a batch ends).
         Prompt batches on any machine delay the decodes running there (``_MachineBusy``).
         """
         D, N = self.D, len(self.a)
