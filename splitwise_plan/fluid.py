@@ -838,7 +838,7 @@ class _Run:
             qh, fk = q_head[fp], q_tail[fp]         # the next slot of the machine's prompt ring
             nk = next_slot(fk)
             tok = s
-            if np.count_nonzero(fresh) < D:         # some join their machine's last batch (not started, so not
+            if pq.joined:                           # some join their machine's last batch (not started, so not
                 # retired): they add to its slot, which ends as the grown batch does, and so do the prompts
                 # queued in it before them (the reference retires a batch's prompts as one)
                 grow = ~fresh
@@ -898,6 +898,7 @@ class _Run:
         ring = ring_flat = starts = starts_flat = q_end = q_tok = q_end_f = q_tok_f = None   # free the loop's state first
         ttft = pq.ttft()
         iters = self.iters[:, None]
+        decoding = (self.n > 1)[:, None]        # a request of one output token has no decode to delay
 
         def decode(sl):
             """Designs ``sl``: when each decode starts (after the KV transfer) and its undelayed time."""
@@ -926,7 +927,7 @@ class _Run:
                 pm, dm = (np.where(x >= Cp, x - shift, x) for x in (pm, dm))
             waits = _MachineBusy(pq.bstart[:n, sl], pq.bdur[:n, sl], pq.bcred[:n, sl], pq.leaders(sl)[:n],
                                  int(self.machines[d]), pm, dm, span)
-            alone[:n, sl] += waits.delays(t1[:n], base[:n]) * (self.n[:n, None] > 1)   # one token: no decode to delay
+            alone[:n, sl] += waits.delays(t1[:n], base[:n]) * decoding[:n]
         del pmach, dmach, tau_req
         pq.free("bstart", "bcred", "rb", "bdur")   # what the outcome no longer needs
         return self._outcome(busy_s, ttft, alone, oom, stop, failed, sampled_s)
@@ -1092,6 +1093,7 @@ class _PromptQueues:
         self.cols = np.arange(D)                # and their columns in the arrays over requests
         self.poff = run.poff                    # and their rows of the prompt-time tables
         self.whole = True                       # every design still simulated
+        self.joined = False                     # did a request of the last step join a batch (on any design)?
         self.W = np.zeros((D, C))
         self.ob_tok = np.zeros((D, C))          # the last batch of each machine: tokens, start, id
         self.ob_start = np.zeros((D, C))
@@ -1144,7 +1146,8 @@ class _PromptQueues:
         if fj is None:
             fj = self.flat(j)
         ostart, otok, joinable = self._join(i, t, fj)
-        if not np.count_nonzero(joinable):
+        self.joined = bool(np.count_nonzero(joinable))
+        if not self.joined:
             return self._open(i, t, fj, s, decodes, on_token, credit, joinable)
         new_tok = s + otok * joinable
         new_cost, rides = run._batch_cost(new_tok, decodes, self.poff, on_token)
