@@ -573,6 +573,14 @@ class _Run:
                     break
             return ((last & -B) + at + 1) * _RING_S
 
+        def unstarted(rr, jj, ff, when):
+            """How many decodes booked on machines ``jj`` of designs ``rr`` (flat ``ff``) start after ``when``,
+            at the rings' resolution (those starting past ``_RUN_WINDOW`` buckets ahead count as starting then)."""
+            rows_b, f = window_rows(rr, jj, (last - lap()) >> _BLOCK_BITS, run_blocks)
+            began = starts.reshape(-1, B).take(rows_b, axis=0).reshape(f.size, -1).cumsum(axis=1)
+            at = np.clip(np.rint(when / _RING_S).astype(np.int64) - 1 - (last & -B), 0, began.shape[1] - 1)
+            return np.maximum(ndec_f[ff] - running.reshape(-1)[ff] - began[np.arange(f.size), at], 0.0)
+
         def run_end(rr, jj):
             """When the run of decode iterations on machines ``jj`` of designs ``rr`` ends, as the
             reference plans it: when its first decode ends, or a decode joins (a pause), whichever
@@ -868,8 +876,20 @@ class _Run:
             if short_t:   # the decode's machine lacks room as booked: it starts once enough is released
                 lack = smem.reshape(-1)[ft] + m - cap.reshape(-1)[ft]
                 k = (lack > 0.0).nonzero()[0]
+                lack = lack[k]
+                moved = k[apart[k]]
+                if moved.size:   # the reference's transfer waits for the memory in use as it starts: the decodes
+                    # booked there that start later hold none yet (at their machine's mean booked bytes a decode).
+                    # (A prompt and decode on one machine keep the booked rule: there the prompt, not the
+                    # decode, waits for memory, and the queue behind it, which this model does not hold up)
+                    fk = ft[moved]
+                    per_decode = smem.reshape(-1)[fk] / np.maximum(ndec_f[fk], 1.0)
+                    later = unstarted(moved, tj[moved], fk, ready[moved]) * per_decode
+                    lack[apart[k]] -= later
+                    short = lack > 0.0
+                    k, lack = k[short], lack[short]
                 if k.size:
-                    wait = np.maximum(freed_at(k, tj[k], lack[k]) - ready[k], 0.0)
+                    wait = np.maximum(freed_at(k, tj[k], lack) - ready[k], 0.0)
                     ready[k] += wait            # (the prompt machine keeps the KV cache meanwhile)
                     if mem_wait is None:
                         mem_wait = np.zeros((N, self.D))

@@ -678,7 +678,33 @@ def test_strict_pools_keep_each_phase_on_its_own_pool_in_both_simulators():
         alone = Simulator(stream, scheduler=strict, method=method).run_points(points)
         assert [r.slo_met for r in mixed] == [True, True, True], method
         assert [r.slo_met for r in alone] == [False, False, True], method
-        assert alone[0].tightest["ratio"] > 10   # a single token machine carries every decode
+        # a single token machine carries every decode: the oracle's transferred decodes then wait for
+        # room one behind another, retrying each second (TBT P99 32x); the fluid model's decodes wait
+        # only for the memory in use as they arrive, and read 2x (see the README's limits)
+        assert alone[0].tightest["ratio"] > (10 if method == "events" else 1.5)
+
+
+def test_a_decodes_wait_for_memory_counts_only_the_kv_caches_already_there():
+    """Strict pools at 70 req/s: three token machines nearly full as booked. The reference's transfer
+    waits only while the memory in use on its token machine lacks room, and the decodes booked there
+    whose prompts still run hold none of it yet. The fluid model counted them, made decodes wait that
+    the oracle never delays: it read TBT P90 a mean 40% high for Splitwise-HA 30+3 over four streams and
+    failed it on one the oracle passes. Both designs now read within 10% of the oracle, and agree."""
+    from dataclasses import replace
+    from splitwise_plan.cluster import SchedulerConfig
+    strict = replace(SchedulerConfig(), mixed_pool=False)
+    points = [("HH", 30, 3), ("HA", 30, 3)]
+    pairs = {p: [] for p in points}
+    for seed in range(4):
+        stream = load_workload("coding").generate(70, duration_s=60, seed=seed)
+        fluid = Simulator(stream, scheduler=strict).run_points(points)
+        events = Simulator(stream, scheduler=strict, method="events").run_points(points)
+        for p, f, o in zip(points, fluid, events):
+            pairs[p].append((f, o))
+            assert f.slo_met == o.slo_met, (seed, p)
+    for p in points:
+        assert _mean_error(pairs[p], lambda r: r.latency_s["tbt"][90]) < 0.1, p
+    assert _mean_error(pairs[("HH", 30, 3)], lambda r: r.latency_s["tbt"][99]) < 0.05
 
 
 def test_requests_left_waiting_when_the_events_run_out_are_flagged():
