@@ -421,7 +421,7 @@ class _Run:
             return ptok.take(r, axis=0) + ndec.take(r, axis=0)
 
         def memory(r):
-            return smem.take(r, axis=0)
+            return smem.take(r, axis=0) if corr is None else smem.take(r, axis=0) + corr.take(r, axis=0)
 
         def decodes(r):
             return ndec.take(r, axis=0)
@@ -451,7 +451,11 @@ class _Run:
 
         def fits(f, m):
             """Do ``m`` more KV bytes fit on flat machines ``f``?"""
-            return smem.reshape(-1)[f] + m < cap.reshape(-1)[f]
+            return held_at(f) + m < cap.reshape(-1)[f]
+
+        def held_at(f):
+            """Booked KV bytes on flat machines ``f`` now (the releases of the buckets either side interpolated)."""
+            return smem.reshape(-1)[f] if corr is None else smem.reshape(-1)[f] + corr.reshape(-1)[f]
 
         def mixed(bad, pen, key, j, ok, check):
             """Designs ``bad`` try the mixed pool's least-``key`` machine (penalty ``pen``: ``pen_m`` and any
@@ -474,7 +478,7 @@ class _Run:
                 role.ravel()[f] = _MIXED
                 borrowed_at.ravel()[f] = t
                 decoded.ravel()[f] = running.ravel()[f] >= 0.5
-                for x in (pen_p, pen_t, pkey, tkey):
+                for x in (pen_p, pen_t, pkey, tkey, tk):
                     x.ravel()[f] = inf
                 pen_m.ravel()[f] = 0.0
                 any_mixed = True
@@ -510,6 +514,8 @@ class _Run:
                 ndec.ravel()[ft] += 1.0
             smem.ravel()[f] += amount
             tkey.ravel()[ft] += m
+            if tk is not tkey:
+                tk.ravel()[ft] += m
 
         def window_rows(rr, jj, b0, blocks):
             """Ring rows (one block of ``B`` buckets each) of machines ``jj`` of designs ``rr``, for
@@ -554,6 +560,12 @@ class _Run:
         ring_blocks = np.arange(L // B)[None, :]
         near_blocks = ring_blocks[:, :_RUN_WINDOW // B]
         mem_wait = None                         # requests x designs: how long a decode waited for KV memory
+        # booked KV memory between two boundaries: the releases of the last and of the next boundary, the
+        # correction to the booked memory now, the quarter of the bucket it is for (-1: none yet), tkey + corr
+        recent = coming = corr = None
+        quarter = -1
+        tk = tkey
+        recent_buf, coming_buf, corr_buf, tk_buf = (np.zeros((D, M)) for _ in range(4))
 
         def freed_at(rr, jj, need):
             """When the releases booked on machines ``jj`` of designs ``rr`` have freed ``need`` bytes, at the
@@ -645,7 +657,12 @@ class _Run:
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, running, borrowed_at, decoded, ring_off
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
             nonlocal q_head, q_tail, q_next, ptok, cap, tofs, n_dying, busy, waiting
+            nonlocal recent, coming, quarter, tk, recent_buf, coming_buf, corr_buf, tk_buf
             keep = (~dying).nonzero()[0]
+            recent_buf, coming_buf = (x.take(keep, axis=0) for x in (recent_buf, coming_buf))
+            recent, coming = (None if x is None else buf for x, buf in ((recent, recent_buf), (coming, coming_buf)))
+            corr_buf, tk_buf = np.zeros((keep.size, M)), np.zeros((keep.size, M))
+            quarter = -1                        # the next request makes corr and tk anew, as they were
             flush_busy()
             busy = np.zeros((keep.size, M))
             pq.compact(keep)
@@ -660,6 +677,7 @@ class _Run:
             q_head = (q_head & (R - 1)) + np.arange(q_head.size) * R   # the slots of the machines' new rows
             q_tail = (q_tail & (R - 1)) + np.arange(q_tail.size) * R
             ptok, cap = ptok.take(keep, axis=0), cap.take(keep, axis=0)
+            tk = tkey
             tofs = tofs.reshape(-1, M).take(keep, axis=0).ravel()
             dying = np.zeros(D, dtype=bool)
             n_dying = 0
@@ -671,6 +689,8 @@ class _Run:
         def advance(cur):
             """Release the ring's buckets from ``last`` up to ``cur``, sampling after each which machines are busy;
             a long spell walks only the buckets that hold anything and counts the quiet ones between at once."""
+            nonlocal recent, coming
+            recent = None
             stop = min(cur, last + L)
             ks = range(last, stop)
             if stop - last > _QUIET:
@@ -683,6 +703,9 @@ class _Run:
                 occupied[k % L] = False
                 bucket = ring[blk, :, :, pos]
                 due = bucket if ring_off is None else bucket[act]   # the designs still simulated
+                if k == cur - 1:   # released at the boundary before ``cur``'s bucket
+                    np.copyto(recent_buf, due.real)
+                    recent = recent_buf
                 np.subtract(smem, due.real, out=smem)
                 np.subtract(ndec, due.imag, out=ndec)
                 np.subtract(running, due.imag, out=running)
@@ -697,6 +720,9 @@ class _Run:
                 k0 = k + 1
             if cur > k0:   # nothing changes meanwhile
                 quiet(k0, cur)
+            nb = ring[cur % L // B, :, :, cur % B].real   # and due at the next boundary (as booked by now)
+            np.copyto(coming_buf, nb if ring_off is None else nb[act])
+            coming = coming_buf
 
         def quiet(k0, k1):
             """Sample buckets k0..k1-1, which release nothing: the decodes running stay, the prompt queues drain."""
@@ -737,6 +763,7 @@ class _Run:
                         pen_p, pen_t, pen_m = penalties()
                         any_mixed = bool((role == _MIXED).any())
                 pkey, tkey = keys()
+                quarter = -1
             f = (q_next <= t).nonzero()[0]
             while f.size:   # retire the batches done by now, oldest first (FCFS: in end order)
                 fh = q_head[f]
@@ -763,9 +790,22 @@ class _Run:
             if q.size:   # over the limit (load is ptok + ndec there, as in long_queue): long if the machine has a queue
                 ok_p[q] = ~has_queue(q, fp[q])
             # token machine: least booked memory that still fits (tkey is inf off the token pool)
-            tj = tkey.argmin(axis=1)
+            # releases land on the boundary nearest their time: between two, interpolate the booked memory
+            # (the last boundary released those due until the middle of this bucket, the next releases
+            # those due from its middle on), by quarters of the bucket (kept up to date by book() meanwhile)
+            qt = int((t / _RING_S - last) * 4.0)
+            if qt != quarter:
+                quarter = qt
+                half = 0.375 - 0.25 * qt   # 0.5 less the middle of the quarter (in buckets)
+                edge = recent if half > 0.0 else coming
+                if edge is None:
+                    corr, tk = None, tkey
+                else:
+                    corr = np.multiply(edge, half, out=corr_buf)
+                    tk = np.add(tkey, corr, out=tk_buf)
+            tj = tk.argmin(axis=1)
             ft = pq.flat(tj)
-            ok_t = tkey.reshape(-1)[ft] + m < cap.reshape(-1)[ft]
+            ok_t = tk.reshape(-1)[ft] + m < cap.reshape(-1)[ft]
             one_token = one_token_l[i]
             if one_token:   # one output token: the prompt makes it, no token machine (its memory stays with the prompt)
                 ok_t = np.ones(D, dtype=bool)
@@ -874,7 +914,7 @@ class _Run:
             if iters_l[i] > 0.0 and not d_t.all():   # an idle token machine: no running iteration to join
                 tau = tau * np.where(d_t > 0.0, 1.0, 1.0 - join_l[i] / iters_l[i])   # (tau_req: per iteration)
             if short_t:   # the decode's machine lacks room as booked: it starts once enough is released
-                lack = smem.reshape(-1)[ft] + m - cap.reshape(-1)[ft]
+                lack = held_at(ft) + m - cap.reshape(-1)[ft]
                 k = (lack > 0.0).nonzero()[0]
                 lack = lack[k]
                 moved = k[apart[k]]
