@@ -108,7 +108,7 @@ def test_the_answer_steps_down_past_points_the_search_failed_far_off():
     # Llama2-70B at TP2 with a few A100 token machines: the fluid search fails Splitwise-HA 7+6
     # by far more than its usual error (borrowing runs away in the fluid model), and answers a
     # dearer point (6+11 since 2026-12-02: no neighbour of it holds, and the walk reaches 7+6 by
-    # trading five A100 machines for one H100, 7+8, then stepping down); the discrete-event oracle
+    # trading three A100 machines for one H100, 7+8, then stepping down); the discrete-event oracle
     # holds 7+6 and fails every cheaper neighbour of it.
     kw = dict(model="llama2-70b", tp=2, duration=60, seed=0)
     ha = plan(goal="min-cost", rps=70, designs="HA", jobs=1, **kw).get("HA")
