@@ -1,6 +1,7 @@
 """Fidelity and speed of the simulators (issue 3). Prints figures and ratios; asserts nothing.
 
     python benchmarks/bench_simulator.py [--scenarios]
+    python benchmarks/bench_simulator.py --breakdown    # only where a batch's time goes (~1 minute)
 
 Reads the reference results from ../shared (skips that part when absent): both simulators on
 its 75 rows (the discrete-event one is what ``simulate``, ``check`` and ``capacity`` run by
@@ -11,7 +12,8 @@ times batches of designs, the whole Splitwise-HH 39x39 grid and its sweep on 2 w
 through the API and as a command, each three times with the median reported, with and
 without the early verdict (about 6 minutes). ``--scenarios`` also compares the fluid model
 with the oracle around the planner's answers in four other workload, model and rate
-scenarios (about 7 minutes).
+scenarios (about 7 minutes). ``--breakdown`` times the batch of 127 by what becomes of its
+designs (pass, fail, overloaded), beside one design alone and 128 copies of one that passes.
 """
 
 from __future__ import annotations
@@ -369,6 +371,27 @@ def command_sweep(repeats: int, early: bool) -> None:
           f"peak {peak:.0f} MiB for the command and its workers (target <= 1024 MiB)")
 
 
+def breakdown(repeats: int = 3) -> None:
+    """Where a batch's time goes: the benchmark's batch of 127 designs spread over the grid, split by
+    what the full run makes of each design, each part timed as a batch of its own, beside one design
+    alone and 128 copies of one that passes (about a minute)."""
+    stream = load_workload("coding").generate(70.0, duration_s=120.0, seed=0)
+    grid = [(p, t) for p in range(1, 40) for t in range(1, 40)]
+    batch = grid[::12][:128]
+    sim = Simulator(stream, stop_early=False)
+    res = sim.run_many("HH", batch)
+    parts = [("the batch of 127 spread over the grid", batch),
+             ("  its designs that pass", [pt for pt, r in zip(batch, res) if r.slo_met]),
+             ("  its failing designs, not overloaded", [pt for pt, r in zip(batch, res) if not r.slo_met and not r.overloaded]),
+             ("  its overloaded designs", [pt for pt, r in zip(batch, res) if r.overloaded]),
+             ("one design (HH 27+3) alone", [(27, 3)]),
+             ("128 copies of HH 27+3", [(27, 3)] * 128)]
+    for name, pts in parts:
+        ms = float(np.median(_cpu_ms_per_design(sim, pts, repeats)))
+        print(f"[breakdown] {name}: {len(pts)} designs, {ms:.1f} ms CPU per design, "
+              f"{ms * len(pts) / len(stream) * 1000:.0f} us per request of the batch")
+
+
 def _children_cpu() -> float:
     """User and system CPU seconds of the finished child processes (their own children included)."""
     import resource
@@ -406,9 +429,14 @@ def _list(values) -> str:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--breakdown", action="store_true",
+                    help="only where a batch's time goes, by what becomes of its designs (~1 min)")
     ap.add_argument("--scenarios", action="store_true",
                     help="also compare the fluid model with the oracle in other workloads, models and rates (~7 min)")
     args = ap.parse_args()
+    if args.breakdown:
+        breakdown()
+        sys.exit(0)
     fidelity("fluid")
     fidelity("events")   # the default of simulate, check and capacity (one design point at a time)
     planner_answers()
