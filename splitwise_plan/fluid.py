@@ -421,7 +421,8 @@ class _Run:
             return ptok.take(r, axis=0) + ndec.take(r, axis=0)
 
         def memory(r):
-            return smem.take(r, axis=0) if corr is None else smem.take(r, axis=0) + corr.take(r, axis=0)
+            booked = smem.take(r, axis=0)
+            return booked if corr is None else booked + corr.take(r, axis=0)
 
         def decodes(r):
             return ndec.take(r, axis=0)
@@ -455,7 +456,8 @@ class _Run:
 
         def held_at(f):
             """Booked KV bytes on flat machines ``f`` now (the releases of the buckets either side interpolated)."""
-            return smem.reshape(-1)[f] if corr is None else smem.reshape(-1)[f] + corr.reshape(-1)[f]
+            booked = smem.reshape(-1)[f]
+            return booked if corr is None else booked + corr.reshape(-1)[f]
 
         def mixed(bad, pen, key, j, ok, check):
             """Designs ``bad`` try the mixed pool's least-``key`` machine (penalty ``pen``: ``pen_m`` and any
@@ -917,15 +919,15 @@ class _Run:
                 lack = held_at(ft) + m - cap.reshape(-1)[ft]
                 k = (lack > 0.0).nonzero()[0]
                 lack = lack[k]
-                moved = k[apart[k]]
+                moving = apart[k]             # those whose KV cache moves to another machine
+                moved = k[moving]
                 if moved.size:   # the reference's transfer waits for the memory in use as it starts: the decodes
                     # booked there that start later hold none yet (at their machine's mean booked bytes a decode).
                     # (A prompt and decode on one machine keep the booked rule: there the prompt, not the
                     # decode, waits for memory, and the queue behind it, which this model does not hold up)
-                    fk = ft[moved]
-                    per_decode = smem.reshape(-1)[fk] / np.maximum(ndec_f[fk], 1.0)
-                    later = unstarted(moved, tj[moved], fk, ready[moved]) * per_decode
-                    lack[apart[k]] -= later
+                    fm = ft[moved]
+                    per_decode = smem.reshape(-1)[fm] / np.maximum(ndec_f[fm], 1.0)
+                    lack[moving] -= unstarted(moved, tj[moved], fm, ready[moved]) * per_decode
                     short = lack > 0.0
                     k, lack = k[short], lack[short]
                 if k.size:

@@ -916,16 +916,18 @@ def _descend(confirm, design: str, pt, worst, key, space: Space, known_fail, rat
 
     while True:
         p, t = pt
+        here = key(p, t)[0]
         # and one machine moved to the dearer pool for as few of the cheaper pool's as make it better
         # (Llama2-70B at TP2, Splitwise-HA: the search answered 6+11, the oracle holds 7+6, 12% cheaper)
-        trades = [next(((p + 1, t - k) for k in range(2, t) if key(p + 1, t - k)[0] < key(p, t)[0]), None),
-                  next(((p - k, t + 1) for k in range(2, p) if key(p - k, t + 1)[0] < key(p, t)[0]), None)]
+        trades = [next(((p + 1, t - k) for k in range(2, t) if key(p + 1, t - k)[0] < here), None),
+                  next(((p - k, t + 1) for k in range(2, p) if key(p - k, t + 1)[0] < here), None)]
         better = [n for n in ((p - 1, t), (p, t - 1), (p - 1, t + 1), (p + 1, t - 1), *filter(None, trades))
                   if p_lo <= n[0] <= p_hi and lower[n[0] - p_lo] <= n[1] <= t_hi
-                  and key(*n)[0] < key(p, t)[0] and allowed(n)
+                  and key(*n)[0] < here and allowed(n)
                   and not any(f[0] >= n[0] and f[1] >= n[1] for f in failed)]
-        if far_tries > 0 and probe is not None and any(n not in searched for n in better):
-            probe([n for n in better if n not in searched])   # the search's verdicts rank them (one pass)
+        unseen = [n for n in better if n not in searched]
+        if far_tries > 0 and probe is not None and unseen:
+            probe(unseen)   # the search's verdicts rank them (one pass)
         # the search's near misses first, best first; then the others, the search's closest first
         better.sort(key=lambda n: (0, key(*n)) if _near_miss(searched.get(n))
                     else (1, _closeness(searched.get(n)), key(*n)))

@@ -689,11 +689,8 @@ def test_the_token_pool_sees_the_memory_released_between_two_boundaries():
     and of when to borrow one, followed. The booked memory is now interpolated between the boundaries
     (by quarters of a bucket): over four streams of four designs at 200 req/s the mean error of TBT
     P90 against the oracle fell from 5.8% to 1.2%, of E2E P90 from 2.4% to 1.0%."""
-    pairs = []
-    for seed in range(4):
-        stream = load_workload("coding").generate(200, duration_s=40, seed=seed)
-        points = [("HH", 67, 10), ("HH", 66, 11), ("HHcap", 68, 10), ("HA", 68, 14)]
-        pairs += list(zip(Simulator(stream).run_points(points), Simulator(stream, method="events").run_points(points)))
+    points = [("HH", 67, 10), ("HH", 66, 11), ("HHcap", 68, 10), ("HA", 68, 14)]
+    pairs = _fluid_and_oracle("coding", 200.0, 40.0, range(4), points)
     assert _mean_error(pairs, lambda r: r.latency_s["tbt"][90]) < 0.03
     assert _mean_error(pairs, lambda r: r.latency_s["e2e"][90]) < 0.02
 
