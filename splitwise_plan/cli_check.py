@@ -17,7 +17,7 @@ from .cli import app, opt_bandwidth, opt_transfer
 from .cli_simulate import (ADV, STDOUT, Inputs, ReportCommand, _arrivals_bar, _check_outputs, _input_files, _note,
                            _opt_csv, _opt_duration, _opt_json, _opt_machines_file, _opt_method, _opt_profiles,
                            _opt_quiet, _opt_seed, _opt_slo, _opt_trace, _opt_workload, _print_json, check_positive,
-                           resolve_inputs, stdout_taken)
+                           fluid_caution, resolve_inputs, stdout_taken)
 from .errors import SplitwisePlanError
 from .progress import progress
 from .reports import plural
@@ -122,6 +122,7 @@ def check_cmd(
             base_stream = nonempty(inp.source.generate(rps, duration_s=duration, seed=seed), rps, duration, seed)
         loads.append((base_rate, base_stream))
     results = []
+    fluid_caution(inp.simulator(loads[0][1]), spec.design)
     for rate, stream in loads:
         with _arrivals_bar(inp, f"checking {spec.label} at {rate:.10g} req/s", quiet, stream) as on_arrivals:
             results.append(inp.simulator(stream).run_requests(spec.design, spec.prompt_machines, spec.token_machines,

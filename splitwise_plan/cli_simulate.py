@@ -365,6 +365,14 @@ def _note(msg: str, quiet: bool) -> None:
         sys.stderr.write(msg + "\n")
 
 
+def fluid_caution(sim, design) -> None:
+    """Say so where the fluid method reads ``design`` unreliably (few KV caches a token instance),
+    even with --quiet: it bears on whether the numbers can be trusted."""
+    caveat = sim.fluid_caveat(design) if sim.method == "fluid" else ""
+    if caveat:
+        _note(caveat, quiet=False)
+
+
 # --- simulate ------------------------------------------------------------------------
 
 def _fmt(v: float, digits: int = 4) -> str:
@@ -453,6 +461,7 @@ def simulate_cmd(
                          seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
                          transfer=transfer, bandwidth=bandwidth)
     sim = inp.simulator()
+    fluid_caution(sim, d)
     with _arrivals_bar(inp, f"simulating {d.name}", quiet) as on_arrivals:
         result, per_request = sim.run_requests(d, n_prompt, n_token, on_arrivals=on_arrivals)
     if csv_out is not None:
@@ -596,6 +605,7 @@ def sweep_cmd(
         _note(f"--stop-early serves Splitwise designs with the fluid method; this sweep "
               f"({d.name}, {inp.method}) runs every design point in full", False)   # even with --quiet: a flag ignored
     sim = inp.simulator(stop_early=stop_early)
+    fluid_caution(sim, d)
     results, ckpt, others = _resumable_grid(sim, inp, d, grid, path_for(csv_out, json_out, plot), jobs=jobs,
                                             quiet=quiet, stop_early=stop_early)
     best = optimum([design_point(r) for r in results])

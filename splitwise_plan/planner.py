@@ -41,7 +41,7 @@ from .profiles import ProfileSet
 from .slos import SLOSet
 from .workloads import RequestStream, Workload
 from .search import STRATEGIES, WAKE_S, Evaluator, Lockstep, Space, passes, search
-from .simulator import METHODS, Simulator, cpu_cores, starting_workers
+from .simulator import FEW_CACHES, METHODS, Simulator, cpu_cores, starting_workers
 
 GOALS = ("min-cost", "min-power", "max-throughput")
 ALL_DESIGNS = tuple(d.name for d in DESIGNS.values())
@@ -876,23 +876,17 @@ def _too_big(sim: Simulator, d: Design) -> str:
 # frontiers (bench_simulator.py: Splitwise-AA 76+8 at 100 req/s of coding, 1.22 against 0.95): a
 # point the search failed by less than this much may well hold
 _FLUID_SLACK = 1.3
-# Where a token instance holds few requests' KV caches (fewer than _FEW_CACHES of the stream's
-# mean request), the fluid model can read 2-3x the oracle's (decodes spill onto borrowed prompt
-# machines, and borrowing runs away), and a cheaper design that holds would stay hidden
-# (Llama2-70B at TP2, about seven mean coding requests an instance, 60 s at 70 req/s: the search answers
-# Splitwise-HA 8+6 and fails 7+6, which the oracle holds). There a descent also confirms the
-# neighbours the search failed by more, until _FAR_TRIES of them have failed (elsewhere such
-# neighbours fail in the oracle too: they would only cost time)
-_FEW_CACHES = 20
+# Where a token instance holds few requests' KV caches (simulator.FEW_CACHES), the fluid model can read
+# 2-3x the oracle's, and a cheaper design that holds would stay hidden (Llama2-70B at TP2, 60 s at 70 req/s
+# of coding: the search answers Splitwise-HA 8+6 and fails 7+6, which the oracle holds). There a descent
+# also confirms the neighbours the search failed by more, until _FAR_TRIES of them have failed (elsewhere
+# such neighbours fail in the oracle too: they would only cost time)
 _FAR_TRIES = 4
 
 
 def _far_tries(sim: Simulator, d: Design) -> int:
-    """Oracle runs a descent of ``d`` may lose on neighbours the search failed far off (see _FEW_CACHES)."""
-    c = sim.cluster(d, 1, 1)
-    s = sim.stream
-    mean_kv = c.kv_bytes(float(np.mean(s.prompt_tokens + s.output_tokens)))
-    return _FAR_TRIES if c.kv_room_of(c.token) < _FEW_CACHES * mean_kv else 0
+    """Oracle runs a descent of ``d`` may lose on neighbours the search failed far off (see _FAR_TRIES)."""
+    return _FAR_TRIES if sim.caches_per_token_instance(d) < FEW_CACHES else 0
 
 
 def _descend(confirm, design: str, pt, worst, key, space: Space, known_fail, rate, searched: dict,

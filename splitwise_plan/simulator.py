@@ -33,6 +33,11 @@ METHODS = ("fluid", "events")
 _WORKER_MEMORY = 200 * 2**20      # bytes a worker process takes besides its fluid pass (Python, numpy, the stream)
 _WORKER_START_S = 0.4             # seconds to start a worker: a run shorter than a few of these stays in-process
 _FLUID_S_PER_REQUEST = 0.8e-6     # CPU seconds a fluid pass spends per request and design, beyond its shared cost
+# Where a token instance holds fewer than this many of the stream's mean requests' KV caches (Llama2-70B at
+# TP2: about 7 of coding, 10 of conversation; every other shipped model, TP and workload: 38 or more), decodes
+# spill onto borrowed prompt machines and the fluid model's borrowing can run away: it can read a Splitwise
+# design's SLOs 2-3x the discrete-event oracle's (README, "Fidelity")
+FEW_CACHES = 20
 
 
 def cpu_cores() -> int:
@@ -285,6 +290,24 @@ class Simulator:
             tm = self.pool_machine(d, d.token_machine)
             token = Pool(tm, n_token, self.latency(tm), *self.layout(d, tm))
         return Cluster(d.name, self.model, prompt, token, self.scheduler)
+
+    def caches_per_token_instance(self, design: str | Design) -> float:
+        """How many of the stream's mean requests' KV caches one token instance of a Splitwise ``design``
+        holds beside the weights (inf for a baseline, which has no token pool)."""
+        c = self.cluster(design, 1, 0 if get_design(design).is_baseline else 1)
+        if c.token is None:
+            return math.inf
+        s = self.stream
+        return c.kv_room_of(c.token) / c.kv_bytes(float(np.mean(s.prompt_tokens + s.output_tokens)))
+
+    def fluid_caveat(self, design: str | Design) -> str:
+        """A one-line caution where the fluid model reads ``design`` unreliably (see FEW_CACHES), else ''."""
+        n = self.caches_per_token_instance(design)
+        if n >= FEW_CACHES:
+            return ""
+        return (f"caution: a token instance of {get_design(design).name} holds about {n:.0f} of this stream's mean "
+                f"requests' KV caches (fewer than {FEW_CACHES}): there the fluid model can read the SLOs 2-3x the "
+                f"discrete-event oracle's; confirm design points with --method events")
 
     # -- evaluation ---------------------------------------------------------------
     def run(self, design: str | Design, n_prompt: int, n_token: int = 0, method: str | None = None) -> SimulationResult:
