@@ -794,7 +794,10 @@ class _Run:
             # token machine: least booked memory that still fits (tkey is inf off the token pool)
             # releases land on the boundary nearest their time: between two, interpolate the booked memory
             # (the last boundary released those due until the middle of this bucket, the next releases
-            # those due from its middle on), by quarters of the bucket (kept up to date by book() meanwhile)
+            # those due from its middle on), by quarters of the bucket (kept up to date by book() meanwhile).
+            # That is each machine's expected booked memory: where a token instance holds only a few requests'
+            # KV caches (simulator.FEW_CACHES) they are freed in lumps, and the least of the expectations is
+            # above the expected least, so a large decode fits a token machine less often than in the reference
             qt = int((t / _RING_S - last) * 4.0)
             if qt != quarter:
                 quarter = qt
