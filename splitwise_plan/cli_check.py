@@ -122,11 +122,12 @@ def check_cmd(
             base_stream = nonempty(inp.source.generate(rps, duration_s=duration, seed=seed), rps, duration, seed)
         loads.append((base_rate, base_stream))
     results = []
-    fluid_caution(inp.simulator(loads[0][1]), spec.design)
-    for rate, stream in loads:
+    sims = [inp.simulator(stream) for _, stream in loads]
+    fluid_caution(sims[0], spec.design)
+    for (rate, stream), sim in zip(loads, sims):
         with _arrivals_bar(inp, f"checking {spec.label} at {rate:.10g} req/s", quiet, stream) as on_arrivals:
-            results.append(inp.simulator(stream).run_requests(spec.design, spec.prompt_machines, spec.token_machines,
-                                                              on_arrivals=on_arrivals)[0])
+            results.append(sim.run_requests(spec.design, spec.prompt_machines, spec.token_machines,
+                                            on_arrivals=on_arrivals)[0])
     holds = [r.slo_met and r.completed == r.requests for r in results]   # unfinished requests fail the gate
     passed = all(holds)
     check = {"cluster": spec.to_dict(), "rate_rps": base_rate, "headroom": headroom, "checked_rps": inp.rate,

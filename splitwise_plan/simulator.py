@@ -294,9 +294,10 @@ class Simulator:
     def caches_per_token_instance(self, design: str | Design) -> float:
         """How many of the stream's mean requests' KV caches one token instance of a Splitwise ``design``
         holds beside the weights (inf for a baseline, which has no token pool)."""
-        c = self.cluster(design, 1, 0 if get_design(design).is_baseline else 1)
-        if c.token is None:
+        d = get_design(design)
+        if d.is_baseline:
             return math.inf
+        c = self.cluster(d, 1, 1)
         s = self.stream
         return c.kv_room_of(c.token) / c.kv_bytes(float(np.mean(s.prompt_tokens + s.output_tokens)))
 
