@@ -9,6 +9,7 @@ which :class:`ReportCommand` converts.
 from __future__ import annotations
 
 import importlib.util
+import dataclasses
 import math
 import os
 import sys
@@ -27,6 +28,8 @@ from .designs import Design, get_design
 from .errors import SplitwisePlanError
 from .progress import progress
 from .reports import machine_counts, plural
+
+AUTO = "auto"   # --method of a grid: fluid where it reads the design reliably, else events
 
 STDOUT = "-"
 MAX_GRID_POINTS = 200_000
@@ -116,14 +119,17 @@ def _opt_profiles():
     return typer.Option(None, "--profiles", metavar="FILE", help="Profile CSV. Default: the shipped perf_model.csv.")
 
 
-def _opt_method(default: str = "fluid"):
+def _opt_method(default: str):
     """``--method``: commands that simulate one design point at a time default to the discrete-event
-    simulation (the reference's rules, under a second for 2 minutes at 70 req/s), a grid to the fluid
-    model (a batch of designs per pass)."""
-    return typer.Option(default, "--method", metavar="events|fluid", rich_help_panel=ADV,
+    simulation (the reference's rules, under a second for 2 minutes at 70 req/s), a grid to ``auto``:
+    the fluid model (a batch of designs per pass) where it reads the design reliably."""
+    auto = default == AUTO
+    return typer.Option(default, "--method", metavar="events|fluid" + "|auto" * auto, rich_help_panel=ADV,
                         help=f"Simulator: events (discrete-event, the reference simulator's rules one event at a "
                              f"time) or fluid (the vectorized queue model: fast in batches, within a few % of "
-                             f"events). Default here: {default}.")
+                             f"events)" + (", or auto: fluid, but events where a token instance holds few requests' "
+                                           "KV caches (there the fluid model can read the SLOs 2-3x)" if auto else "")
+                             + f". Default here: {default}.")
 
 
 def _opt_json(instead_of: str = "the table"):
@@ -193,14 +199,30 @@ class Inputs:
                 f"simulated with method {self.method}")
 
 
-def check_method(method: str) -> str:
+def check_method(method: str, auto: bool = False) -> str:
+    """``--method`` in lower case; ``auto`` (where ``auto`` is allowed) stays ``auto``."""
     from .simulator import METHODS
     m = (method or "").strip().lower()
-    if m not in METHODS:
-        raise SplitwisePlanError(f"--method {method!r} is unknown; valid: {', '.join(METHODS)}")
+    valid = (*METHODS, AUTO) if auto else METHODS
+    if m not in valid:
+        raise SplitwisePlanError(f"--method {method!r} is unknown; valid: {', '.join(valid)}")
     if m == "fluid" and importlib.util.find_spec("splitwise_plan.fluid") is None:
         raise SplitwisePlanError("the fluid simulator is not available in this build; use --method events")
     return m
+
+
+def auto_method(inp: "Inputs", design: Design) -> "Inputs":
+    """The inputs of ``--method auto``: the fluid method, or events where it is not installed or reads
+    ``design`` unreliably (``Simulator.fluid_caveat``), saying why even with --quiet (as the caution)."""
+    if importlib.util.find_spec("splitwise_plan.fluid") is None:
+        return dataclasses.replace(inp, method="events")
+    fluid = dataclasses.replace(inp, method="fluid")
+    why = fluid.simulator().fluid_caveat(design, lead="note", remedy=(
+        "this grid is simulated event by event (--method fluid for the fast queue model)"))
+    if not why:
+        return fluid
+    _note(why, False)
+    return dataclasses.replace(inp, method="events")
 
 
 def check_positive(value: float, flag: str) -> float:
@@ -560,7 +582,7 @@ def sweep_cmd(
     plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE", rich_help_panel=OUT,
                                         help="Design-space map (like the paper's Fig. 12): .png, .svg or .html."),
     quiet: bool = _opt_quiet(),
-    method: str = _opt_method(),
+    method: str = _opt_method(AUTO),
     transfer: str = opt_transfer(ADV),
     bandwidth: float = opt_bandwidth(ADV),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=(
@@ -596,9 +618,12 @@ def sweep_cmd(
         grid = [(p, t) for p in ps for t in ts]
     _check_outputs(json_out, csv_out, plot, inputs=_input_files(
         trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
+    method = check_method(method, auto=True)
     inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
-                         seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
-                         transfer=transfer, bandwidth=bandwidth)
+                         seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
+                         method="events" if method == AUTO else method, transfer=transfer, bandwidth=bandwidth)
+    if method == AUTO:
+        inp = auto_method(inp, d)
     if jobs is not None and jobs < 0:
         raise SplitwisePlanError(f"--jobs must be 0 (one per core) or more, got {jobs}")
     if stop_early and (d.is_baseline or inp.method != "fluid"):   # accepted, so that a script may always pass it

@@ -301,14 +301,15 @@ class Simulator:
         s = self.stream
         return c.kv_room_of(c.token) / c.kv_bytes(float(np.mean(s.prompt_tokens + s.output_tokens)))
 
-    def fluid_caveat(self, design: str | Design) -> str:
-        """A one-line caution where the fluid model reads ``design`` unreliably (see FEW_CACHES), else ''."""
+    def fluid_caveat(self, design: str | Design, lead: str = "caution",
+                     remedy: str = "confirm design points with --method events") -> str:
+        """A one-line ``lead``: where the fluid model reads ``design`` unreliably (see FEW_CACHES), else ''."""
         n = self.caches_per_token_instance(design)
         if n >= FEW_CACHES:
             return ""
-        return (f"caution: a token instance of {get_design(design).name} holds about {n:.0f} of this stream's mean "
+        return (f"{lead}: a token instance of {get_design(design).name} holds about {n:.0f} of this stream's mean "
                 f"requests' KV caches (fewer than {FEW_CACHES}): there the fluid model can read the SLOs 2-3x the "
-                f"discrete-event oracle's; confirm design points with --method events")
+                f"discrete-event oracle's; {remedy}")
 
     # -- evaluation ---------------------------------------------------------------
     def run(self, design: str | Design, n_prompt: int, n_token: int = 0, method: str | None = None) -> SimulationResult:

@@ -43,7 +43,7 @@ def test_the_fluid_method_cautions_where_a_token_instance_holds_few_kv_caches(ca
     cluster = tmp_path / "tp2.toml"
     cluster.write_text('design = "HA"\nprompt_machines = 7\ntoken_machines = 6\nmodel = "llama2-70b"\n'
                        'tensor_parallel = 2\n')
-    for argv in (("sweep", "--design", "HA", "--prompt", "7:8", "--token", 6, *tp2),
+    for argv in (("sweep", "--design", "HA", "--prompt", "7:8", "--token", 6, "--method", "fluid", *tp2),
                  ("simulate", "--design", "HH", "--prompt", 7, "--token", 6, "--method", "fluid", *tp2, "--json"),
                  ("check", cluster, "--method", "fluid", *tp2[4:])):
         code, out, err = run(capsys, *argv)
@@ -59,6 +59,32 @@ def test_the_fluid_method_cautions_where_a_token_instance_holds_few_kv_caches(ca
         code, out, err = run(capsys, *argv)
         assert code == 0, err
         assert "caution" not in err, argv
+
+
+def test_a_sweep_simulates_event_by_event_where_the_fluid_model_is_unreliable(capsys, tmp_path):
+    """By default (--method auto) a grid where a token instance holds few KV caches (Llama2-70B TP2) is
+    simulated by the oracle, as `simulate` does each point, and says so even with --quiet; with
+    --method fluid it is not (and cautions instead); BLOOM-176B at TP8 stays with the fluid model."""
+    tp2 = ["--model", "llama2-70b", "--tp", 2, "--rps", 30, "--duration", 20, "--quiet"]
+    code, out, err = run(capsys, "sweep", "--design", "HA", "--prompt", "2:3", "--token", 2, *tp2,
+                         "--json", tmp_path / "s.json")
+    assert code == 0, err
+    assert re.search(r"note: a token instance of splitwise-ha holds about \d+ .* simulated event by event", err), err
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert doc["inputs"]["method"] == "events"
+    for row in doc["results"]:
+        code, out, err = run(capsys, "simulate", "--design", "HA", "--prompt", row["prompt_machines"],
+                             "--token", row["token_machines"], *tp2, "--json")
+        assert code == 0, err
+        assert json.loads(out)["latency_s"] == row["latency_s"]
+    code, out, err = run(capsys, "sweep", "--design", "HA", "--prompt", "2:3", "--token", 2, *tp2,
+                         "--method", "fluid", "--json", tmp_path / "f.json")
+    assert code == 0 and "caution:" in err and "note:" not in err, err
+    assert json.loads((tmp_path / "f.json").read_text())["inputs"]["method"] == "fluid"
+    code, out, err = run(capsys, "sweep", "--design", "HA", "--prompt", "2:3", "--token", 2, *tp2[4:],
+                         "--method", "AUTO", "--json", tmp_path / "b.json")
+    assert code == 0 and "note:" not in err, err
+    assert json.loads((tmp_path / "b.json").read_text())["inputs"]["method"] == "fluid"
 
 
 # --- simulate ----------------------------------------------------------------------------------
