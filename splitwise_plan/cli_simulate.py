@@ -8,8 +8,8 @@ which :class:`ReportCommand` converts.
 
 from __future__ import annotations
 
-import importlib.util
 import dataclasses
+import importlib.util
 import math
 import os
 import sys
