@@ -9,7 +9,6 @@ which :class:`ReportCommand` converts.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import os
 import sys
@@ -201,28 +200,26 @@ class Inputs:
 
 def check_method(method: str, auto: bool = False) -> str:
     """``--method`` in lower case; ``auto`` (where ``auto`` is allowed) stays ``auto``."""
-    from .simulator import METHODS
+    from .simulator import METHODS, fluid_available
     m = (method or "").strip().lower()
     valid = (*METHODS, AUTO) if auto else METHODS
     if m not in valid:
         raise SplitwisePlanError(f"--method {method!r} is unknown; valid: {', '.join(valid)}")
-    if m == "fluid" and importlib.util.find_spec("splitwise_plan.fluid") is None:
+    if m == "fluid" and not fluid_available():
         raise SplitwisePlanError("the fluid simulator is not available in this build; use --method events")
     return m
 
 
 def auto_method(inp: "Inputs", design: Design) -> "Inputs":
-    """The inputs of ``--method auto``: the fluid method, or events where it is not installed or reads
-    ``design`` unreliably (``Simulator.fluid_caveat``), saying why even with --quiet (as the caution)."""
-    if importlib.util.find_spec("splitwise_plan.fluid") is None:
-        return dataclasses.replace(inp, method="events")
-    fluid = dataclasses.replace(inp, method="fluid")
-    why = fluid.simulator().fluid_caveat(design, lead="note", remedy=(
+    """The inputs of ``--method auto`` (``Simulator.auto_method``); where it is not the fluid model that
+    reads ``design`` unreliably, says why, even with --quiet (as the caution)."""
+    sim = inp.simulator()
+    method = sim.auto_method(design)
+    why = sim.fluid_caveat(design, lead="note", remedy=(
         "this grid is simulated event by event (--method fluid for the fast queue model)"))
-    if not why:
-        return fluid
-    _note(why, False)
-    return dataclasses.replace(inp, method="events")
+    if method == "events" and why:
+        _note(why, False)
+    return dataclasses.replace(inp, method=method)
 
 
 def check_positive(value: float, flag: str) -> float:

@@ -41,7 +41,7 @@ from .profiles import ProfileSet
 from .slos import SLOSet
 from .workloads import RequestStream, Workload
 from .search import STRATEGIES, WAKE_S, Evaluator, Lockstep, Space, passes, search
-from .simulator import FEW_CACHES, METHODS, Simulator, cpu_cores, starting_workers
+from .simulator import FEW_CACHES, METHODS, Simulator, cpu_cores, fluid_available, starting_workers
 
 GOALS = ("min-cost", "min-power", "max-throughput")
 ALL_DESIGNS = tuple(d.name for d in DESIGNS.values())
@@ -58,15 +58,6 @@ def default_batch(method: str, design: Design) -> int:
     if method != "fluid":
         return 4
     return 8 if design.is_baseline else 12
-
-
-def fluid_available() -> bool:
-    """True when the fast fluid simulator (``splitwise_plan.fluid``) is importable."""
-    try:
-        from . import fluid  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 MAX_SEEDS = 1000   # streams a plan takes the worst of: each multiplies its simulations

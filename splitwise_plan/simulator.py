@@ -40,6 +40,15 @@ _FLUID_S_PER_REQUEST = 0.8e-6     # CPU seconds a fluid pass spends per request 
 FEW_CACHES = 20
 
 
+def fluid_available() -> bool:
+    """True when the fast fluid simulator (``splitwise_plan.fluid``) is importable."""
+    try:
+        from . import fluid  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def cpu_cores() -> int:
     """The cores this process may run on: "one worker per core"."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -300,6 +309,12 @@ class Simulator:
         c = self.cluster(d, 1, 1)
         s = self.stream
         return c.kv_room_of(c.token) / c.kv_bytes(float(np.mean(s.prompt_tokens + s.output_tokens)))
+
+    def auto_method(self, design: str | Design) -> str:
+        """The method for a batch of ``design``'s points: fluid, but events where it is not installed or
+        reads the design unreliably (a token instance holds fewer than FEW_CACHES mean requests' KV caches)."""
+        reliable = fluid_available() and self.caches_per_token_instance(design) >= FEW_CACHES
+        return "fluid" if reliable else "events"
 
     def fluid_caveat(self, design: str | Design, lead: str = "caution",
                      remedy: str = "confirm design points with --method events") -> str:

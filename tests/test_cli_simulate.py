@@ -87,6 +87,18 @@ def test_a_sweep_simulates_event_by_event_where_the_fluid_model_is_unreliable(ca
     assert json.loads((tmp_path / "b.json").read_text())["inputs"]["method"] == "fluid"
 
 
+def test_without_the_fluid_simulator_a_sweep_runs_event_by_event(capsys, monkeypatch):
+    """A build without ``fluid.py``: --method auto takes the oracle, --method fluid is one line, exit 2."""
+    import splitwise_plan.simulator as simulator
+    monkeypatch.setattr(simulator, "fluid_available", lambda: False)
+    args = ["sweep", "--design", "HH", "--prompt", "2:3", "--token", 1, "--rps", 5, "--duration", 20, "--quiet"]
+    code, out, err = run(capsys, *args, "--json")
+    assert code == 0 and json.loads(out)["inputs"]["method"] == "events", err
+    code, out, err = run(capsys, *args, "--method", "fluid")
+    assert code == 2 and err.strip().splitlines() == [
+        "error: the fluid simulator is not available in this build; use --method events"], err
+
+
 # --- simulate ----------------------------------------------------------------------------------
 
 def test_simulate_table(capsys):
