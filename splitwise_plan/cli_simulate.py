@@ -211,8 +211,8 @@ def check_method(method: str, auto: bool = False) -> str:
 
 
 def auto_method(inp: "Inputs", design: Design) -> "Inputs":
-    """The inputs of ``--method auto`` (``Simulator.auto_method``); where it is not the fluid model that
-    reads ``design`` unreliably, says why, even with --quiet (as the caution)."""
+    """The inputs of ``--method auto`` (``Simulator.auto_method``); where that is events because the
+    fluid model reads ``design`` unreliably, it says so, even with --quiet (as the caution does)."""
     sim = inp.simulator()
     method = sim.auto_method(design)
     why = sim.fluid_caveat(design, lead="note", remedy=(
