@@ -46,6 +46,7 @@ import numpy as np
 from .cluster import Cluster, SchedulerConfig
 from .errors import SplitwisePlanError
 from .latency_model import MIXED_BATCH_FACTOR
+from .metrics import Verdict
 
 _RING_S = 0.25         # time resolution of the per-machine release ring
 _RING = 512            # buckets in the ring at most: releases up to 128 s ahead (see _Run.ring_buckets)
@@ -80,30 +81,6 @@ class FluidOutcome:
     oom: np.ndarray
     overloaded: np.ndarray      # stopped: a request queued longer than ``overload_s``; the rest unfinished (NaN)
     failed: np.ndarray          # stopped: an SLO of ``Verdict`` could no longer hold; the rest unfinished (NaN)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """SLOs that stop a design as soon as its requests already break one of them.
-
-    Each entry is (metric, per-request reference seconds or None for an SLO in seconds,
-    limit, count): the SLO fails once ``count`` requests have a latency lower bound (what
-    the rest of the run can only lengthen) at or past the limit, whatever the rest does.
-    """
-
-    slos: tuple
-
-    @classmethod
-    def of(cls, slos, reference, n: int) -> "Verdict":
-        """From an SLO set and the per-request reference latencies (ttft, tbt, e2e) of ``n`` requests.
-
-        A linear-interpolation percentile p is at least the sorted value at index
-        floor((n-1) p/100), so n minus that many values at or past the limit break it
-        (one more for rounding).
-        """
-        ref = dict(zip(("ttft", "tbt", "e2e"), reference))
-        return cls(tuple((s.metric, np.asarray(ref[s.metric]) if s.unit == "slowdown" else None, float(s.limit),
-                          n - math.floor((n - 1) * s.percentile / 100.0) + 1) for s in slos))
 
 
 def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf,

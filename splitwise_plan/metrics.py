@@ -6,6 +6,9 @@ TBT is ``(E2E - TTFT) / output_tokens``, as in the reference simulator.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
 METRICS = ("ttft", "tbt", "e2e")
@@ -45,3 +48,27 @@ def _linear_percentiles(v: np.ndarray, pcts) -> np.ndarray:
         diff = b - a
         out = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)   # numpy's symmetric lerp
     return np.moveaxis(out, -1, 0)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """SLOs that stop a design as soon as its requests already break one of them.
+
+    Each entry is (metric, per-request reference seconds or None for an SLO in seconds,
+    limit, count): the SLO fails once ``count`` requests have a latency lower bound (what
+    the rest of the run can only lengthen) at or past the limit, whatever the rest does.
+    """
+
+    slos: tuple
+
+    @classmethod
+    def of(cls, slos, reference, n: int) -> "Verdict":
+        """From an SLO set and the per-request reference latencies (ttft, tbt, e2e) of ``n`` requests.
+
+        A linear-interpolation percentile p is at least the sorted value at index
+        floor((n-1) p/100), so n minus that many values at or past the limit break it
+        (one more for rounding).
+        """
+        ref = dict(zip(("ttft", "tbt", "e2e"), reference))
+        return cls(tuple((s.metric, np.asarray(ref[s.metric]) if s.unit == "slowdown" else None, float(s.limit),
+                          n - math.floor((n - 1) * s.percentile / 100.0) + 1) for s in slos))

@@ -14,11 +14,12 @@ import itertools
 from bisect import insort
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .cluster import Cluster, Pool
-from typing import TYPE_CHECKING
+from .metrics import METRICS, Verdict
 
 if TYPE_CHECKING:
     from .workloads import RequestStream
@@ -49,6 +50,7 @@ class RequestTimes:
     oom: bool = False     # a request never got the KV-cache memory it needs: more than any machine holds, or
                           # memory that waiting transfers hold (a deadlock)
     overloaded: bool = False   # stopped: a prompt waited longer than ``overload_s``; later requests unfinished (NaN)
+    failed: bool = False       # stopped: finished requests already break an SLO of the verdict; the rest unfinished
 
 
 class _Task:
@@ -328,10 +330,19 @@ class _Instance:
 
 
 class _Sim:
-    def __init__(self, cluster: Cluster, overload_s: float = float("inf")) -> None:
+    def __init__(self, cluster: Cluster, overload_s: float = float("inf"), verdict: Verdict | None = None) -> None:
         self.cluster = cluster
         self.overload_s = overload_s
         self.overloaded = False
+        self.failed = False     # stopped by the verdict
+        # per metric: (SLO index, per-request reference seconds or None, limit) of the verdict's SLOs
+        self.judged: dict = {m: [] for m in METRICS}
+        self.broken: list = []  # finished requests at or past each SLO's limit
+        self.need: list = []    # how many certainly break it
+        for k, (metric, ref, limit, need) in enumerate(verdict.slos if verdict is not None else ()):
+            self.judged[metric].append((k, None if ref is None else ref.tolist(), limit))
+            self.broken.append(0)
+            self.need.append(need)
         self.arrived = 0        # requests routed so far
         self.cfg = cluster.scheduler
         self.kv = float(cluster.model.kv_bytes_per_token)
@@ -465,9 +476,11 @@ class _Sim:
         req = task.req
         if task.is_prompt:
             inst.sched_pending -= req.prompt
-            self.ttft[req.rid] = self.now - req.arrival
+            self.ttft[req.rid] = ttft = self.now - req.arrival
+            if self.broken:
+                self._judge("ttft", req.rid, ttft)
             if req.output <= 1:   # done: routed to this machine alone, with no token task (see arrive)
-                self.e2e[req.rid] = self.now - req.arrival
+                self._finish(req)
                 inst.free(req.memory)
                 req.memory = 0.0
                 return
@@ -477,7 +490,23 @@ class _Sim:
             inst.sched_pending -= 1
             inst.free(req.memory)
             req.memory = 0.0
-            self.e2e[req.rid] = self.now - req.arrival
+            self._finish(req)
+
+    def _finish(self, req: _Req) -> None:
+        """Request ``req`` has its last token now: its E2E (and TBT) are final."""
+        self.e2e[req.rid] = e2e = self.now - req.arrival
+        if self.broken:
+            self._judge("e2e", req.rid, e2e)
+            self._judge("tbt", req.rid, (e2e - self.ttft[req.rid]) / req.output)
+
+    def _judge(self, metric: str, rid: int, value: float) -> None:
+        """Count a final latency against the verdict's SLOs of ``metric``: once as many finished requests
+        break one as make its percentile break it whatever the others do, the design has failed."""
+        for k, ref, limit in self.judged[metric]:
+            if (value if ref is None else value / ref[rid]) >= limit:
+                self.broken[k] += 1
+                if self.broken[k] >= self.need[k]:
+                    self.failed = True
 
     def _flow_arrival(self, req: _Req) -> None:
         dst = req.dst
@@ -517,7 +546,7 @@ class _Sim:
         limit = np.inf if until is None else until
         events = 0
         retry = self._flow_retry
-        while self.heap and not self.overloaded and not self.deadlocked:
+        while self.heap and not self.overloaded and not self.deadlocked and not self.failed:
             t, _, fn, args = heapq.heappop(self.heap)
             if t > limit:
                 break
@@ -533,12 +562,14 @@ class _Sim:
             # will free (a machine's queue behind a task it cannot hold), never a silent loss
             self.oom = True
         busy = np.array([i.busy for i in self.instances])
-        return RequestTimes(self.ttft, self.e2e, busy, self.now, self.oom, self.overloaded)
+        return RequestTimes(self.ttft, self.e2e, busy, self.now, self.oom, self.overloaded, self.failed)
 
 
 def simulate_events(cluster: Cluster, stream: RequestStream, until: float | None = None,
-                    overload_s: float = float("inf"), on_arrivals=None) -> RequestTimes:
+                    overload_s: float = float("inf"), on_arrivals=None, verdict: Verdict | None = None) -> RequestTimes:
     """Run the discrete-event simulation of ``cluster`` on ``stream`` to the end (or ``until``), or
-    until a prompt has waited longer than ``overload_s`` (then ``overloaded``). ``on_arrivals(n)``,
-    if given, hears now and then how many requests have arrived (for a progress bar)."""
-    return _Sim(cluster, overload_s).run(stream, until, on_arrivals)
+    until a prompt has waited longer than ``overload_s`` (then ``overloaded``), or, with a ``verdict``,
+    until finished requests already break one of its SLOs (then ``failed``: the verdict is certain,
+    and a design that holds its SLOs runs to the end). ``on_arrivals(n)``, if given, hears now and
+    then how many requests have arrived (for a progress bar)."""
+    return _Sim(cluster, overload_s, verdict).run(stream, until, on_arrivals)

@@ -23,7 +23,7 @@ from .cluster import Cluster, Pool, SchedulerConfig, instance_layout, pool_size
 from .designs import Design, get_design
 from .errors import SplitwisePlanError, by_name, choices, whole_number
 from .machines import BUILTIN_MACHINES, Machine
-from .metrics import PERCENTILES, request_latencies, percentiles
+from .metrics import PERCENTILES, Verdict, percentiles, request_latencies
 from .models import BUILTIN_MODELS, ModelSpec, get_model
 from .profiles import ProfileSet
 from .slos import SLOSet, load_slos, reference_latencies
@@ -244,8 +244,9 @@ class Simulator:
         self.slos = slos if slos is not None else load_slos()
         self.scheduler = scheduler or SchedulerConfig()
         self.method = method
-        #: fluid only: stop a Splitwise design once an SLO can no longer hold (its verdict is then
-        #: final, its percentiles count the unfinished requests as +inf); designs that pass are unchanged
+        #: stop a design once an SLO can no longer hold (its verdict is then final, its percentiles count the
+        #: unfinished requests as +inf); designs that pass are unchanged. The fluid model stops Splitwise
+        #: designs (on lower bounds of the latencies), the oracle any design (on its finished requests')
         if not isinstance(stop_early, (bool, np.bool_)):   # "no" would be True
             raise SplitwisePlanError(f"stop_early must be True or False, got {stop_early!r}")
         self.stop_early = bool(stop_early)
@@ -447,8 +448,8 @@ class Simulator:
         overflow, overload and verdict stop of ``clusters`` (one fluid pass, or one oracle run each)."""
         if method == "events":
             from .oracle import simulate_events
-            outs = [simulate_events(c, self.stream, overload_s=self.overload_s, on_arrivals=on_arrivals)
-                    for c in clusters]
+            outs = [simulate_events(c, self.stream, overload_s=self.overload_s, on_arrivals=on_arrivals,
+                                    verdict=self._verdict()) for c in clusters]
 
             def busy(o, machines) -> float:
                 return float(np.mean(machines) / max(o.horizon_s, 1e-9)) if len(machines) else math.nan
@@ -456,19 +457,22 @@ class Simulator:
             util = [(busy(o, o.busy_s), busy(o, o.busy_s[:c.prompt.instances]), busy(o, o.busy_s[c.prompt.instances:]))
                     for c, o in zip(clusters, outs)]
             return (np.stack([o.ttft for o in outs]), np.stack([o.e2e for o in outs]), util,
-                    [o.oom for o in outs], [o.overloaded for o in outs], None)
-        from .fluid import Verdict, simulate_fluid
-        verdict = Verdict.of(self.slos, self.reference, len(self.stream)) if self.stop_early else None
-        out = simulate_fluid(clusters, self.stream, self.overload_s, verdict)
+                    [o.oom for o in outs], [o.overloaded for o in outs], [o.failed for o in outs])
+        from .fluid import simulate_fluid
+        out = simulate_fluid(clusters, self.stream, self.overload_s, self._verdict())
         util = [(float(u), float(p), float(t)) for u, (p, t) in zip(out.utilization, out.pool_utilization)]
         return (out.ttft, out.e2e, util, list(out.oom), list(out.overloaded), list(out.failed))
+
+    def _verdict(self) -> Verdict | None:
+        """What stops a design early (``stop_early``): its SLOs, as soon as they can no longer hold."""
+        return Verdict.of(self.slos, self.reference, len(self.stream)) if self.stop_early else None
 
     def _events(self, clusters, progress=None, on_results=None) -> list[SimulationResult]:
         """Clusters through the oracle, one at a time."""
         results = []
         for c in clusters:
-            ttft, e2e, util, oom, over, _ = self._simulate([c], "events")
-            results += self._parts_done([c], ttft, e2e, util, oom, over, "events", None, progress, on_results)
+            ttft, e2e, util, oom, over, failed = self._simulate([c], "events")
+            results += self._parts_done([c], ttft, e2e, util, oom, over, "events", failed, progress, on_results)
         return results
 
     def _fluid(self, clusters, progress=None, on_results=None) -> list[SimulationResult]:

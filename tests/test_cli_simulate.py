@@ -454,9 +454,23 @@ def test_sweep_bad_input(capsys, args):
     assert_user_error(*run(capsys, "sweep", "--rps", 5, "--method", "events", "--duration", 5, *args))
 
 
-@pytest.mark.parametrize("design, extra", [(["-d", "H100", "-m", "3:4"], []),
-                                           (["-d", "HH", "-p", "2", "-t", "1:2"], ["--method", "events"])])
-def test_stop_early_where_it_cannot_serve_says_so(capsys, design, extra):
-    """--stop-early on a baseline or with the events method was accepted and did nothing, without a word."""
-    code, out, err = run(capsys, "sweep", *design, "--rps", 5, "--stop-early", *extra, *FAST)
-    assert code == 0 and "--stop-early serves Splitwise designs with the fluid method" in err, err
+def test_stop_early_on_a_baseline_with_the_fluid_method_says_it_runs_in_full(capsys):
+    """--stop-early on a fluid baseline sweep was accepted and did nothing, without a word."""
+    code, out, err = run(capsys, "sweep", "-d", "H100", "-m", "3:4", "--rps", 5, "--stop-early", "--method", "fluid",
+                         "--duration", 20, "--quiet")
+    assert code == 0 and "--stop-early stops baselines with the events method only" in err, err
+
+
+@pytest.mark.parametrize("design", [["-d", "HH", "-p", "2:8:3", "-t", "1:2"], ["-d", "H100", "-m", "2:14:6"]])
+def test_stop_early_with_the_events_method_keeps_the_verdicts_and_the_passing_rows(capsys, design):
+    """The oracle stops a design once its finished requests break an SLO for certain: against the full
+    sweep, the same verdicts, the passing rows unchanged, the failing ones stopped with fewer requests done."""
+    args = ["sweep", *design, "--rps", 12, *FAST]
+    full, early = (json.loads(run(capsys, *args, *extra, "--json")[1])["results"] for extra in ([], ["--stop-early"]))
+    assert [r["slo"]["met"] for r in early] == [r["slo"]["met"] for r in full]
+    assert any(r["slo"]["met"] for r in full) and not all(r["slo"]["met"] for r in full)
+    for a, b in zip(full, early):
+        if a["slo"]["met"]:
+            assert a == b
+        else:
+            assert b["stopped_early"] and b["completed"] < a["completed"], (a, b)
