@@ -1,4 +1,5 @@
-"""Per-request latencies and their percentiles: TTFT, TBT and E2E.
+"""Per-request latencies and their percentiles: TTFT, TBT and E2E; and the verdict that stops a
+design early, once its requests already break an SLO percentile whatever the others do.
 
 TTFT runs from arrival to the end of the prompt phase; E2E to the last token;
 TBT is ``(E2E - TTFT) / output_tokens``, as in the reference simulator.
