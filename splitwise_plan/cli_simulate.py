@@ -213,12 +213,12 @@ def check_method(method: str, auto: bool = False) -> str:
 def auto_method(inp: "Inputs", design: Design) -> "Inputs":
     """The inputs of ``--method auto`` (``Simulator.auto_method``); where that is events because the
     fluid model reads ``design`` unreliably, it says so, even with --quiet (as the caution does)."""
+    from .simulator import fluid_available
     sim = inp.simulator()
     method = sim.auto_method(design)
-    why = sim.fluid_caveat(design, lead="note", remedy=(
-        "this grid is simulated event by event (--method fluid for the fast queue model)"))
-    if method == "events" and why:
-        _note(why, False)
+    if method == "events" and fluid_available():   # there, but unreliable for this design
+        _note(sim.fluid_caveat(design, lead="note", remedy=(
+            "this grid is simulated event by event (--method fluid for the fast queue model)")), False)
     return dataclasses.replace(inp, method=method)
 
 

@@ -448,8 +448,9 @@ class Simulator:
         overflow, overload and verdict stop of ``clusters`` (one fluid pass, or one oracle run each)."""
         if method == "events":
             from .oracle import simulate_events
+            verdict = self._verdict()
             outs = [simulate_events(c, self.stream, overload_s=self.overload_s, on_arrivals=on_arrivals,
-                                    verdict=self._verdict()) for c in clusters]
+                                    verdict=verdict) for c in clusters]
 
             def busy(o, machines) -> float:
                 return float(np.mean(machines) / max(o.horizon_s, 1e-9)) if len(machines) else math.nan
