@@ -632,7 +632,7 @@ class _Run:
             stop[act[over]] = i + 1
 
         def compact():
-            """Drop the overloaded designs from the loop's arrays."""
+            """Drop the stopped designs (overloaded, or failed by the verdict) from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, running, borrowed_at, decoded, ring_off
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
             nonlocal q_head, q_tail, q_next, ptok, cap, tofs, n_dying, busy, waiting
@@ -722,8 +722,8 @@ class _Run:
                     halt(gone)
                     failed[act[gone]] = True
                     stop[act[gone]] = i
-            if n_dying and (i % 1024 == 0 or n_dying * 4 >= D):
-                compact()
+            if n_dying:   # dropped at once: a stopped design left in the arrays would still take the loop's
+                compact()   # slow paths (no room, memory waits) for every request, for the whole pass
                 if D == 0:
                     break
                 ptok_f, ndec_f, W_f, q_end_f, q_tok_f = flat_views()
