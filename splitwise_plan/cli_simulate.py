@@ -587,8 +587,7 @@ def sweep_cmd(
         "0: one per core; 1: this process only).")),
     stop_early: bool = typer.Option(False, "--stop-early", help=(
         "Stop a design once an SLO can no longer hold: same verdicts and passing rows, faster; "
-        "failing rows then count their unfinished requests as +inf. The fluid method stops Splitwise "
-        "designs (baselines run in full), the events method any design.")),
+        "failing rows then count their unfinished requests as +inf.")),
 ) -> None:
     """Simulate a grid of machine counts of one design: one CSV row per design point (the paper's Fig. 12)."""
     from .checkpoint import path_for
@@ -623,9 +622,6 @@ def sweep_cmd(
         inp = auto_method(inp, d)
     if jobs is not None and jobs < 0:
         raise SplitwisePlanError(f"--jobs must be 0 (one per core) or more, got {jobs}")
-    if stop_early and d.is_baseline and inp.method == "fluid":   # accepted, so that a script may always pass it
-        _note(f"--stop-early stops baselines with the events method only; this sweep ({d.name}, fluid) runs "
-              f"every design point in full", False)   # even with --quiet: a flag ignored
     sim = inp.simulator(stop_early=stop_early)
     fluid_caution(sim, d)
     results, ckpt, others = _resumable_grid(sim, inp, d, grid, path_for(csv_out, json_out, plot), jobs=jobs,

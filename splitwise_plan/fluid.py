@@ -92,7 +92,7 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
     A design whose prompt queue makes a request wait more than ``overload_s`` is
     overloaded: its simulation stops there and its later requests are unfinished (NaN),
     so a batch spends its time on the designs that can still meet SLOs. With a
-    ``verdict``, a Splitwise design also stops once one of its SLOs can no longer hold
+    ``verdict``, a design also stops once one of its SLOs can no longer hold
     (``failed``): the designs that pass run to the end and are unchanged.
     """
     first = clusters[0]
@@ -208,20 +208,24 @@ class _Run:
             return _RING
         return int(min(_RING, _BLOCK * math.ceil(buckets / _BLOCK)))
 
-    def _hopeless(self, lo: int, hi: int, pq, cols, tau_req, pmach, dmach) -> np.ndarray:
+    def _hopeless(self, lo: int, hi: int, pq, cols, tau_req, pmach=None, dmach=None) -> np.ndarray:
         """Columns among ``cols`` whose SLOs of ``self.verdict`` can no longer all hold, given requests lo..hi.
 
         Lower bounds of each request's latencies, which the rest of the run only lengthens:
         TTFT from its batch start (fixed once set) plus the least time of its own prompt;
         TBT and E2E add the KV transfer (unless the prompt and token machines are one) and
-        its undelayed decode iterations.
+        its undelayed decode iterations (a baseline's, with no machines given: ``output - 1``
+        at ``tau_req`` from the end of its prompt batch, and no transfer).
         """
         c = cols[None, :]
         start = pq.bstart[pq.rb[lo:hi][:, cols], c]
         ttft = start - self.a[lo:hi, None] + self.least_prompt.take(
             self.poff[cols][None, :] + self.s[lo:hi].astype(np.int64)[:, None])
-        dec = (tau_req[lo:hi][:, cols] * self.iters[lo:hi, None]
-               + np.where(pmach[lo:hi][:, cols] == dmach[lo:hi][:, cols], 0.0, self.xfer[lo:hi, None]))
+        if pmach is None:
+            dec = tau_req[lo:hi][:, cols] * (self.n[lo:hi, None] - 1.0)
+        else:
+            dec = (tau_req[lo:hi][:, cols] * self.iters[lo:hi, None]
+                   + np.where(pmach[lo:hi][:, cols] == dmach[lo:hi][:, cols], 0.0, self.xfer[lo:hi, None]))
         lb = {"ttft": ttft, "tbt": dec / self.n[lo:hi, None], "e2e": ttft + dec}
         for k, (metric, ref, limit, _) in enumerate(self.verdict.slos):
             v = lb[metric] if ref is None else lb[metric] / ref[lo:hi, None]
@@ -1015,25 +1019,38 @@ class _Run:
         the machine decoding starts at the next boundary of its iteration grid (iterations
         run back to back from the end of the last prompt batch or decode there), and only
         the decodes still running at the batch start ride in it (mixed batch, 1.1x).
+        A design that stops (overloaded, or failed by ``verdict``) leaves the loop at once,
+        and the decode slots shrink to what the designs left need.
         """
-        D, N = self.D, len(self.a)
+        N = len(self.a)
         pq = _PromptQueues(self, self.C)
-        rows, W = pq.rows, pq.W
+        rows, W, act = pq.rows, pq.W, pq.cols   # loop rows, and each one's design
         present = np.arange(self.C)[None, :] < self.cp[:, None]   # machines of each design
         absent = np.where(present, 0.0, np.inf)
-        K = _DECODE_SLOTS
+        D, K = self.D, _DECODE_SLOTS
         dend = np.zeros((D, self.C, K))        # end times of the decodes on each machine
         dready = np.zeros((D, self.C, K))      # when their prompt batch ends and they start decoding
         dtau = np.zeros((D, self.C, K))        # their decode iteration times
         dreq = np.full((D, self.C, K), -1, dtype=np.int64)
+        # decodes per machine (slots whose decode ends after now) and the earliest of their ends, when the
+        # count next changes: each request counts afresh only the machines where a decode ended since
+        dec = np.zeros((D, self.C), dtype=np.int64)
+        nxt = np.full((D, self.C), np.inf)
+        ended_at = np.zeros((D, self.C))       # when the last decode that has ended on each machine ended
         done = np.zeros((N + 1, D))            # last-token times; row N takes empty slots
         ttab, toff = self.ttab, self.toff       # token time on the machine (row 0 of each design's pair)
         inv_tps = (1.0 / self.tokens_per_s)[:, None]
         eps = 1e-9
         busy = np.zeros((D, self.C))           # utilization, sampled as in splitwise()
+        busy_s = np.zeros((D, 2))              # one pool: busy seconds of the designs stopped, then of all
+        sampled_s = np.full(D, np.nan)         # how long a stopped design was sampled
         sampled = 0                             # bucket boundaries sampled so far
         last_end = np.zeros((D, self.C))       # when each machine's last decode ends
-        stop = np.full(D, N)                    # the first request each design does not finish (overloaded)
+        stop = np.full(D, N)                    # the first request each design does not finish
+        failed = np.zeros(D, dtype=bool)        # stopped by the verdict: an SLO can no longer hold
+        gone = np.zeros(D, dtype=bool)          # loop rows to drop after this request
+        tau_req = np.zeros((N, D)) if self.verdict is not None else None   # each decode's iteration time
+        checked = 0
 
         def sample(upto):
             """Which machines are busy at each bucket boundary up to ``upto``: a decode has not ended
@@ -1044,10 +1061,59 @@ class _Run:
                 np.add(busy, np.clip(last_busy, sampled, upto) - sampled, out=busy)
                 sampled = upto
 
+        def finish(r):
+            """Record the last tokens of the decodes still in the slots of loop rows ``r``."""
+            live = dreq[r] >= 0
+            done[dreq[r][live], np.broadcast_to(act[r][:, None, None], live.shape)[live]] = dend[r][live]
+
+        def drop(t):
+            """Take the designs of rows ``gone`` out of the loop (their requests up to their stop are final:
+            no later prompt batch delays them), then keep only the decode slots the others need."""
+            nonlocal rows, W, act, absent, dend, dready, dtau, dreq, dec, nxt, ended_at, busy, last_end, toff, inv_tps, K, gone
+            g = gone.nonzero()[0]
+            finish(g)
+            busy_s[act[g], 0] = busy[g].sum(axis=1) * _RING_S
+            sampled_s[act[g]] = max(sampled, 1) * _RING_S
+            keep = (~gone).nonzero()[0]
+            pq.compact(keep)
+            rows, W, act = pq.rows, pq.W, pq.cols
+            absent, dend, dready, dtau, dreq, dec, nxt, ended_at, busy, last_end, toff, inv_tps = (
+                x[keep] for x in (absent, dend, dready, dtau, dreq, dec, nxt, ended_at, busy, last_end, toff, inv_tps))
+            gone = np.zeros(keep.size, dtype=bool)
+            need = _DECODE_SLOTS
+            while dec.size and need <= dec.max():
+                need *= 2
+            if need < K:   # ended decodes are final (ended_at keeps the last end): running ones move to the front
+                ended_at = np.maximum(ended_at, np.where(dend <= t, dend, 0.0).max(axis=2))
+                ended = (dend <= t) & (dreq >= 0)
+                done[dreq[ended], np.broadcast_to(act[:, None, None], dreq.shape)[ended]] = dend[ended]
+                order = np.argsort(dend <= t, axis=2, kind="stable")[:, :, :need]
+                dend, dready, dtau, dreq = (np.take_along_axis(x, order, axis=2) for x in (dend, dready, dtau, dreq))
+                free = dend <= t
+                dend[free] = dready[free] = dtau[free] = 0.0
+                dreq[free] = -1
+                K = need
+
         for i in range(N):
             t = self.a[i]
+            if tau_req is not None and i - checked >= _CHECK:
+                hopeless = self._hopeless(checked, i, pq, act, tau_req)
+                checked = i
+                if np.count_nonzero(hopeless):
+                    failed[act[hopeless]] = True
+                    stop[act[hopeless]] = i
+                    gone |= hopeless
+                    drop(t)
+                    if not rows.size:
+                        break
             sample(int(t / _RING_S))
-            dec = _count(dend > t)                                 # decodes per machine
+            ended = (nxt <= t).nonzero()
+            if ended[0].size:
+                slots = dend[ended]
+                on = slots > t
+                dec[ended] = _count(on)
+                nxt[ended] = np.where(on, slots, np.inf).min(axis=1)
+                ended_at[ended] = np.maximum(ended_at[ended], np.where(on, 0.0, slots).max(axis=1))
             # JSQ on pending work: queued prompt time plus one token per decode
             j = np.argmin(np.maximum(W, t) + dec * inv_tps + absent, axis=1)
             d_j = dec[rows, j].astype(np.float64)
@@ -1060,8 +1126,7 @@ class _Run:
             # decode iterations run back to back since its last prompt batch ended (at W) or,
             # later, since the last decode there ended (a new run of the smaller batch starts)
             Wj = W[rows, j]
-            ends = dend[rows, j]
-            grid = np.maximum(Wj, np.max(np.where(ends <= t, ends, 0.0), axis=1))
+            grid = np.maximum(Wj, ended_at[rows, j])
             W[rows, j] = np.where((Wj <= t) & (d_j > 0), grid + (np.floor((t - grid) / tau) + 1.0) * tau, Wj)
             # the decodes that share the batch: those decoding when it starts (their prompt done,
             # their last token not yet), not the ones that finish before it nor its own prompts.
@@ -1073,26 +1138,40 @@ class _Run:
             riding = _count((rdy <= at + eps) & (ends > at + half)).astype(np.float64)
             start, delta, fresh, ride, ready = pq.step(i, t, j, riding)
             if start[start.argmax()] - t > self.overload_s:   # overloaded, as in splitwise(): its later requests
-                over = (start - t > self.overload_s) & (stop == N)   # are unfinished (it runs on, unreported)
-                stop[over] = i + 1
+                over = start - t > self.overload_s            # are unfinished, and it leaves the loop
+                stop[act[over]] = i + 1
+                gone |= over
             # the machine's running decodes wait out the new batch time
             loss = delta[:, None] - np.where((fresh & ride)[:, None], dtau[rows, j], 0.0)
-            dend[rows, j] = ends + np.where(ends > start[:, None] + half, np.maximum(loss, 0.0), 0.0)
-            dready[rows, j] = rdy + np.where(rdy > start[:, None], delta[:, None], 0.0)   # a joined batch grew
-            slot = np.argmin(dend[rows, j], axis=1)
+            ends += np.where(ends > start[:, None] + half, np.maximum(loss, 0.0), 0.0)
+            rdy += np.where(rdy > start[:, None], delta[:, None], 0.0)   # a joined batch grew
+            slot = np.argmin(ends, axis=1)
             old = dreq[rows, j, slot]
-            done[np.where(old >= 0, old, N), rows] = dend[rows, j, slot]
-            dend[rows, j, slot] = ready + tau * (self.n[i] - 1.0)   # decoding starts with the next iteration
-            dready[rows, j, slot] = ready
+            done[np.where(old >= 0, old, N), act] = ends[rows, slot]
+            ends[rows, slot] = ready + tau * (self.n[i] - 1.0)   # decoding starts with the next iteration
+            rdy[rows, slot] = ready
+            dend[rows, j] = ends
+            dready[rows, j] = rdy
             dtau[rows, j, slot] = tau
             dreq[rows, j, slot] = i
-            last_end[rows, j] = dend[rows, j].max(axis=1)
-        sample(int(max(dend.max(), W.max()) / _RING_S))   # the machines work on after the last arrival
-        live = dreq >= 0
-        done[dreq[live], np.broadcast_to(rows[:, None, None], dreq.shape)[live]] = dend[live]
-        none = np.zeros(D, dtype=bool)
-        busy_s = np.stack([busy.sum(axis=1), np.zeros(D)], axis=1) * _RING_S   # one pool
-        return self._outcome(busy_s, pq.ttft(), done[:N], none, stop, none)
+            on = ends > t
+            dec[rows, j] = _count(on)
+            nxt[rows, j] = np.where(on, ends, np.inf).min(axis=1)
+            last_end[rows, j] = ends.max(axis=1)
+            if tau_req is not None:
+                if pq.whole:
+                    tau_req[i] = tau
+                else:
+                    tau_req[i][act] = tau
+            if np.count_nonzero(gone):
+                drop(t)
+                if not rows.size:
+                    break
+        if rows.size:
+            sample(int(max(dend.max(), W.max()) / _RING_S))   # the machines work on after the last arrival
+            finish(rows)
+            busy_s[act, 0] = busy.sum(axis=1) * _RING_S
+        return self._outcome(busy_s, pq.ttft(), done[:N], np.zeros(self.D, dtype=bool), stop, failed, sampled_s)
 
 
 def _count(flags) -> np.ndarray:
@@ -1101,7 +1180,7 @@ def _count(flags) -> np.ndarray:
     if _POPCOUNT is None or flags.shape[-1] % 8:
         return flags.sum(axis=-1)
     words = flags.view(np.uint64)
-    out = _POPCOUNT(words[..., 0])
+    out = _POPCOUNT(words[..., 0]).astype(np.int64)   # (a word's count is uint8: a sum of them would wrap at 256)
     for k in range(1, words.shape[-1]):
         out += _POPCOUNT(words[..., k])
     return out

@@ -361,14 +361,15 @@ def test_an_overloaded_design_is_stopped_and_the_batch_is_unchanged():
             assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
 
 
-def test_stopping_early_keeps_every_verdict_and_every_passing_design():
+@pytest.mark.parametrize("design,pts", [("HH", [(p, t) for p in (6, 9, 12, 15, 18) for t in (1, 2, 3, 5)]),
+                                        ("H100", [(m, 0) for m in range(4, 40, 3)])])
+def test_stopping_early_keeps_every_verdict_and_every_passing_design(design, pts):
     # Lower bounds that only grow decide a failing design early; a design that passes runs
     # to the end. Over a grid that spans clear failures, the boundary and clear passes the
     # verdicts must equal the full runs', and the passing designs their percentiles.
     stream = load_workload("coding").generate(40.0, duration_s=60.0, seed=3)
-    pts = [(p, t) for p in (6, 9, 12, 15, 18) for t in (1, 2, 3, 5)]
-    full = Simulator(stream).run_many("HH", pts)
-    fast = Simulator(stream, stop_early=True).run_many("HH", pts)
+    full = Simulator(stream).run_many(design, pts)
+    fast = Simulator(stream, stop_early=True).run_many(design, pts)
     assert [r.slo_met for r in fast] == [r.slo_met for r in full]
     assert any(r.slo_met for r in full) and any(r.stopped_early for r in fast)
     for a, b in zip(full, fast):
@@ -853,3 +854,14 @@ def test_the_fluid_model_marks_an_overloaded_baseline_as_the_oracle_does():
     assert fluid.completed < fluid.requests and not fluid.slo_met
     ok = sim.run("A100", 60, 0, method="fluid")   # a baseline that keeps up is not stopped
     assert not ok.overloaded and ok.completed == ok.requests
+
+
+def test_a_baseline_machine_counts_its_decodes_past_255():
+    """The fluid baseline counts a machine's decodes a 64-slot word at a time; the count of a word is
+    8 bits, and their sum once wrapped at 256: an overloaded machine with 300 decodes read 44."""
+    from splitwise_plan.fluid import _count
+
+    flags = np.zeros((2, 3, 512), dtype=bool)
+    flags[0, 1, :300] = True
+    flags[1, 2, ::2] = True
+    assert _count(flags).tolist() == [[0, 300, 0], [0, 0, 256]]
