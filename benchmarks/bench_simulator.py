@@ -8,7 +8,8 @@ its 75 rows (the discrete-event one is what ``simulate``, ``check`` and ``capaci
 default; about 40 s), then plans the reference's trace (the fluid search, answers confirmed
 by the oracle); compares the fluid model with the discrete-event oracle on 72 varied points
 per model and on 144 points near the Splitwise frontiers at 70 req/s (about 3 minutes);
-times batches of designs, the whole Splitwise-HH 39x39 grid and its sweep on 2 workers,
+times batches of designs, the whole Splitwise-HH 39x39 grid, the Baseline-A100 line of 1..139
+machines, and the grid's sweep on 2 workers,
 through the API and as a command, each three times with the median reported, with and
 without the early verdict (about 6 minutes). ``--scenarios`` also compares the fluid model
 with the oracle around the planner's answers in four other workload, model and rate
@@ -327,6 +328,10 @@ def speed(repeats: int = 3) -> None:
         print(f"[speed:{mode}] the whole 39x39 grid as one batch in one process ({-(-len(grid) // size)} passes of "
               f"<= {size} designs): {float(np.median(runs)):.1f} ms CPU per design, median of {_list(runs)} "
               f"(target <= 10 ms)")
+        line = [(m, 0) for m in range(1, 140)]   # the reference's Baseline-A100 sweep
+        runs = _cpu_ms_per_design(sim, line, repeats, design="A100")
+        print(f"[speed:{mode}] Baseline-A100 over 1..139 machines as one batch: {float(np.median(runs)):.1f} ms CPU "
+              f"per design, median of {_list(runs)} (target <= 10 ms)")
 
         def sweep() -> list:
             get_reusable_executor().shutdown(wait=True)   # a cold start each time
@@ -399,12 +404,12 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _cpu_ms_per_design(sim, points, repeats: int) -> list:
-    """CPU milliseconds per design of ``run_many`` over ``points``, once per repeat."""
+def _cpu_ms_per_design(sim, points, repeats: int, design: str = "HH") -> list:
+    """CPU milliseconds per design of ``run_many`` over ``points`` of ``design``, once per repeat."""
     runs = []
     for _ in range(repeats):
         c0 = time.process_time()
-        sim.run_many("HH", points)
+        sim.run_many(design, points)
         runs.append((time.process_time() - c0) / len(points) * 1000)
     return runs
 
