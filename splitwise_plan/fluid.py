@@ -1074,16 +1074,25 @@ class _Run:
             finish(g)
             busy_s[act[g], 0] = busy[g].sum(axis=1) * _RING_S
             sampled_s[act[g]] = max(sampled, 1) * _RING_S
-            keep = (~gone).nonzero()[0]
+            # the rows kept past the new end fill the holes below it: the slot arrays (designs x machines x
+            # slots, large) then copy only those rows and keep a view of the rest
+            n = gone.size - g.size
+            holes, movers = g[g < n], n + (~gone[n:]).nonzero()[0]
+            keep = np.arange(n)
+            keep[holes] = movers
             pq.compact(keep)
             rows, W, act = pq.rows, pq.W, pq.cols
-            absent, dend, dready, dtau, dreq, dec, nxt, ended_at, busy, last_end, toff, inv_tps = (
-                x[keep] for x in (absent, dend, dready, dtau, dreq, dec, nxt, ended_at, busy, last_end, toff, inv_tps))
-            gone = np.zeros(keep.size, dtype=bool)
+            absent, dec, nxt, ended_at, busy, last_end, toff, inv_tps = (
+                x[keep] for x in (absent, dec, nxt, ended_at, busy, last_end, toff, inv_tps))
+            for x in (dend, dready, dtau, dreq):
+                x[holes] = x[movers]
+            dend, dready, dtau, dreq = dend[:n], dready[:n], dtau[:n], dreq[:n]
+            gone = np.zeros(n, dtype=bool)
             need = _DECODE_SLOTS
             while dec.size and need <= dec.max():
                 need *= 2
-            if need < K:   # ended decodes are final (ended_at keeps the last end): running ones move to the front
+            if 4 * need <= K:   # (not each halving: the slots may soon double again, at a copy each way)
+                # ended decodes are final (ended_at keeps the last end): running ones move to the front
                 ended_at = np.maximum(ended_at, np.where(dend <= t, dend, 0.0).max(axis=2))
                 ended = (dend <= t) & (dreq >= 0)
                 done[dreq[ended], np.broadcast_to(act[:, None, None], dreq.shape)[ended]] = dend[ended]
