@@ -781,8 +781,10 @@ def test_a_fluid_result_is_the_designs_own_whatever_its_batch(stop_early):
     stream = load_workload("conversation").generate(70.0, duration_s=30.0, seed=2)
     sim = Simulator(stream, method="fluid", stop_early=stop_early)
     points = [("HH", 20, 4), ("HH", 8, 2), ("HA", 25, 6), ("AA", 40, 8), ("HHcap", 24, 5), ("AA", 10, 3),
-              ("HH", 3, 1), ("H100", 40, 0), ("A100", 30, 0)]
+              ("HH", 3, 1), ("H100", 40, 0), ("A100", 30, 0), ("A100", 2, 0), ("H100", 5, 0)]
     alone = [sim.run_points([p])[0] for p in points]
+    # baselines that leave their batch early: overloaded, and stopped by the verdict when it is on
+    assert all(r.overloaded or r.stopped_early for r in alone[-2:]) if stop_early else alone[-2].overloaded
     assert any(r.overloaded or r.stopped_early for r in alone) and any(r.slo_met for r in alone)
     assert sim.run_points(points) == alone
     assert sim.run_points(points[::-1]) == alone[::-1]
