@@ -1061,17 +1061,24 @@ class _Run:
                 np.add(busy, np.clip(last_busy, sampled, upto) - sampled, out=busy)
                 sampled = upto
 
-        def finish(r):
-            """Record the last tokens of the decodes still in the slots of loop rows ``r``."""
-            live = dreq[r] >= 0
-            done[dreq[r][live], np.broadcast_to(act[r][:, None, None], live.shape)[live]] = dend[r][live]
+        def record(r, sel):
+            """Record the last tokens of the decodes in slots ``sel`` (a mask over the slots of loop rows ``r``)."""
+            done[dreq[r][sel], np.broadcast_to(act[r][:, None, None], sel.shape)[sel]] = dend[r][sel]
+
+        def recount(at, slots):
+            """Count the decodes of machines ``at`` afresh from their ``slots``, and when the next of them ends;
+            returns which slots still run."""
+            on = slots > t
+            dec[at] = _count(on)
+            nxt[at] = np.where(on, slots, np.inf).min(axis=1)
+            return on
 
         def drop(t):
             """Take the designs of rows ``gone`` out of the loop (their requests up to their stop are final:
             no later prompt batch delays them), then keep only the decode slots the others need."""
             nonlocal rows, W, act, absent, dend, dready, dtau, dreq, dec, nxt, ended_at, busy, last_end, toff, inv_tps, K, gone
             g = gone.nonzero()[0]
-            finish(g)
+            record(g, dreq[g] >= 0)
             busy_s[act[g], 0] = busy[g].sum(axis=1) * _RING_S
             sampled_s[act[g]] = max(sampled, 1) * _RING_S
             # the rows kept past the new end fill the holes below it: the slot arrays (designs x machines x
@@ -1094,8 +1101,7 @@ class _Run:
             if 4 * need <= K:   # (not each halving: the slots may soon double again, at a copy each way)
                 # ended decodes are final (ended_at keeps the last end): running ones move to the front
                 ended_at = np.maximum(ended_at, np.where(dend <= t, dend, 0.0).max(axis=2))
-                ended = (dend <= t) & (dreq >= 0)
-                done[dreq[ended], np.broadcast_to(act[:, None, None], dreq.shape)[ended]] = dend[ended]
+                record(slice(None), (dend <= t) & (dreq >= 0))
                 order = np.argsort(dend <= t, axis=2, kind="stable")[:, :, :need]
                 dend, dready, dtau, dreq = (np.take_along_axis(x, order, axis=2) for x in (dend, dready, dtau, dreq))
                 free = dend <= t
@@ -1119,9 +1125,7 @@ class _Run:
             ended = (nxt <= t).nonzero()
             if ended[0].size:
                 slots = dend[ended]
-                on = slots > t
-                dec[ended] = _count(on)
-                nxt[ended] = np.where(on, slots, np.inf).min(axis=1)
+                on = recount(ended, slots)
                 ended_at[ended] = np.maximum(ended_at[ended], np.where(on, 0.0, slots).max(axis=1))
             # JSQ on pending work: queued prompt time plus one token per decode
             j = np.argmin(np.maximum(W, t) + dec * inv_tps + absent, axis=1)
@@ -1163,9 +1167,7 @@ class _Run:
             dready[rows, j] = rdy
             dtau[rows, j, slot] = tau
             dreq[rows, j, slot] = i
-            on = ends > t
-            dec[rows, j] = _count(on)
-            nxt[rows, j] = np.where(on, ends, np.inf).min(axis=1)
+            recount((rows, j), ends)
             last_end[rows, j] = ends.max(axis=1)
             if tau_req is not None:
                 if pq.whole:
@@ -1178,7 +1180,7 @@ class _Run:
                     break
         if rows.size:
             sample(int(max(dend.max(), W.max()) / _RING_S))   # the machines work on after the last arrival
-            finish(rows)
+            record(rows, dreq >= 0)
             busy_s[act, 0] = busy.sum(axis=1) * _RING_S
         return self._outcome(busy_s, pq.ttft(), done[:N], np.zeros(self.D, dtype=bool), stop, failed, sampled_s)
 
