@@ -66,6 +66,7 @@ _POPCOUNT = getattr(np, "bitwise_count", None)   # numpy >= 2.0: counts decode s
 _REFERENCE_ONLY = ("max_batch_size", "max_preemptions", "flow_retry_s")   # scheduler fields it does not model
 _RUN_WINDOW = 32        # buckets ahead (8 s) searched for the end of a decode run (a multiple of _BLOCK)
 _NO_ROOM = 1e18         # a stopped design's last batches' tokens: nothing joins them
+_POST_DESIGNS = 32      # designs whose decode waits are worked out together (see splitwise's end)
 _QUIET = 16             # buckets between two arrivals past which advance() skips the empty ones
 
 
@@ -943,37 +944,42 @@ class _Run:
             flush_busy()
         ring = ring_flat = starts = starts_flat = q_end = q_tok = q_end_f = q_tok_f = None   # free the loop's state first
         ttft = pq.ttft()
-        iters = self.iters[:, None]
-        decoding = (self.n > 1)[:, None]        # a request of one output token has no decode to delay
-
-        def decode(sl):
-            """Designs ``sl``: when each decode starts (after the KV transfer) and its undelayed time."""
-            t1 = self.a[:, None] + ttft[:, sl] + np.where(pmach[:, sl] == dmach[:, sl], 0.0, self.xfer[:, None])
-            if mem_wait is not None:
-                t1 += mem_wait[:, sl]
-            return t1, tau_req[:, sl] * iters
+        decoding = self.n > 1                   # a request of one output token has no decode to delay
 
         # one design at a time, on its own axis: the last token if no prompt batch delayed the decode,
         # then plus the waits for the prompt batches run on its machine meanwhile. Its numbers are
-        # then its own, whatever designs shared its pass (a common axis rounds each by its neighbours)
+        # then its own, whatever designs shared its pass (a common axis rounds each by its neighbours).
+        # A few designs' columns at a time are copied to rows first: a column of requests x designs
+        # arrays is read with a stride of a whole row
         alone = np.empty_like(ttft)
-        for d in range(ttft.shape[1]):
-            sl = slice(d, d + 1)
-            t1, base = decode(sl)
-            alone[:, sl] = t1 + base
-            n = int(stop[d])                    # its requests (those of a stopped design before it stopped)
-            if not n:
-                continue
-            # a machine's stretch of the decode-wait axis holds its batches and any decode's end
-            prompts_end = max(float(np.max(pq.bstart[:n, sl] + pq.bdur[:n, sl])), 0.0)
-            span = 2.0 * prompts_end + max(float(np.nanmax(alone[:n, sl])), 0.0) + 10.0
-            pm, dm = pmach[:n, sl], dmach[:n, sl]
-            shift = Cp - int(self.cp[d])   # its token machines after its own prompt machines, not the pass's
-            if shift:
-                pm, dm = (np.where(x >= Cp, x - shift, x) for x in (pm, dm))
-            waits = _MachineBusy(pq.bstart[:n, sl], pq.bdur[:n, sl], pq.bcred[:n, sl], pq.leaders(sl)[:n],
-                                 int(self.machines[d]), pm, dm, span)
-            alone[:n, sl] += waits.delays(t1[:n], base[:n]) * decoding[:n]
+        for c0 in range(0, ttft.shape[1], _POST_DESIGNS):
+            cols = slice(c0, c0 + _POST_DESIGNS)
+            ttft_c, pm_c, dm_c, tau_c, bstart_c, bdur_c, bcred_c = (np.ascontiguousarray(x[:, cols].T) for x in (
+                ttft, pmach, dmach, tau_req, pq.bstart, pq.bdur, pq.bcred))
+            lead_c = np.ascontiguousarray(pq.leaders(cols).T)
+            wait_c = None if mem_wait is None else np.ascontiguousarray(mem_wait[:, cols].T)
+            out_c = np.empty(ttft_c.shape)
+            for k, d in enumerate(range(c0, c0 + ttft_c.shape[0])):
+                # when each decode starts (after the KV transfer) and its undelayed time
+                t1 = self.a + ttft_c[k] + np.where(pm_c[k] == dm_c[k], 0.0, self.xfer)
+                if wait_c is not None:
+                    t1 += wait_c[k]
+                base = tau_c[k] * self.iters
+                out_c[k] = t1 + base
+                n = int(stop[d])                # its requests (those of a stopped design before it stopped)
+                if not n:
+                    continue
+                # a machine's stretch of the decode-wait axis holds its batches and any decode's end
+                prompts_end = max(float(np.max(bstart_c[k, :n] + bdur_c[k, :n])), 0.0)
+                span = 2.0 * prompts_end + max(float(np.nanmax(out_c[k, :n])), 0.0) + 10.0
+                pm, dm = pm_c[k, :n], dm_c[k, :n]
+                shift = Cp - int(self.cp[d])    # its token machines after its own prompt machines, not the pass's
+                if shift:
+                    pm, dm = (np.where(x >= Cp, x - shift, x) for x in (pm, dm))
+                waits = _MachineBusy(*(x[k, :n, None] for x in (bstart_c, bdur_c, bcred_c, lead_c)),
+                                     int(self.machines[d]), pm[:, None], dm[:, None], span)
+                out_c[k, :n] += waits.delays(t1[:n, None], base[:n, None])[:, 0] * decoding[:n]
+            alone[:, cols] = out_c.T
         del pmach, dmach, tau_req
         pq.free("bstart", "bcred", "rb", "bdur")   # what the outcome no longer needs
         return self._outcome(busy_s, ttft, alone, oom, stop, failed, sampled_s)
