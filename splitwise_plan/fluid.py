@@ -65,6 +65,7 @@ _CHECK = 256            # requests between two verdict checks
 _POPCOUNT = getattr(np, "bitwise_count", None)   # numpy >= 2.0: counts decode slots fast (see _count)
 _REFERENCE_ONLY = ("max_batch_size", "max_preemptions", "flow_retry_s")   # scheduler fields it does not model
 _RUN_WINDOW = 32        # buckets ahead (8 s) searched for the end of a decode run (a multiple of _BLOCK)
+_FREE_WINDOW = 128       # buckets ahead (32 s) searched first for the memory a transfer waits for (a multiple of _BLOCK)
 _NO_ROOM = 1e18         # a stopped design's last batches' tokens: nothing joins them
 _POST_DESIGNS = 32      # designs whose decode waits are worked out together (see splitwise's end)
 _QUIET = 16             # buckets between two arrivals past which advance() skips the empty ones
@@ -542,7 +543,7 @@ class _Run:
 
         run_blocks = np.arange(_RUN_WINDOW // B)[None, :]
         ring_blocks = np.arange(L // B)[None, :]
-        near_blocks = ring_blocks[:, :_RUN_WINDOW // B]
+        near_blocks = ring_blocks[:, :_FREE_WINDOW // B]
         mem_wait = None                         # requests x designs: how long a decode waited for KV memory
         # booked KV memory between two boundaries: the releases of the last and of the next boundary, the
         # correction to the booked memory now, the quarter of the bucket it is for (-1: none yet), tkey + corr
