@@ -65,7 +65,7 @@ _CHECK = 256            # requests between two verdict checks
 _POPCOUNT = getattr(np, "bitwise_count", None)   # numpy >= 2.0: counts decode slots fast (see _count)
 _REFERENCE_ONLY = ("max_batch_size", "max_preemptions", "flow_retry_s")   # scheduler fields it does not model
 _RUN_WINDOW = 32        # buckets ahead (8 s) searched for the end of a decode run (a multiple of _BLOCK)
-_FREE_WINDOW = 128       # buckets ahead (32 s) searched first for the memory a transfer waits for (a multiple of _BLOCK)
+_FREE_WINDOW = 128      # buckets ahead (32 s) searched first for the memory a transfer waits for (a multiple of _BLOCK)
 _NO_ROOM = 1e18         # a stopped design's last batches' tokens: nothing joins them
 _POST_DESIGNS = 32      # designs whose decode waits are worked out together (see splitwise's end)
 _QUIET = 16             # buckets between two arrivals past which advance() skips the empty ones
@@ -555,7 +555,7 @@ class _Run:
         def freed_at(rr, jj, need):
             """When the releases booked on machines ``jj`` of designs ``rr`` have freed ``need`` bytes, at the
             rings' resolution (the reference's transfer waits for memory at its token machine); the ring's
-            horizon where they never do within it. The next ``_RUN_WINDOW`` buckets first, where most
+            horizon where they never do within it. The next ``_FREE_WINDOW`` buckets first, where most
             waits end, then the whole ring for the others."""
             at = np.full(rr.size, L)
             todo = np.arange(rr.size)
