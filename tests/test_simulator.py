@@ -790,6 +790,20 @@ def test_a_fluid_result_is_the_designs_own_whatever_its_batch(stop_early):
     assert sim.run_points(points[::-1]) == alone[::-1]
 
 
+def test_designs_past_the_first_few_of_a_batch_get_their_own_decode_waits():
+    """The decode waits are worked out a few designs at a time (``fluid._POST_DESIGNS``): designs of
+    the second group, of other sizes and fates than those at their places in the first, are still
+    each their own, as simulated alone."""
+    from splitwise_plan import fluid
+    stream = load_workload("coding").generate(40.0, duration_s=20.0, seed=3)
+    sim = Simulator(stream, method="fluid")
+    first = [("HH", 12 + k % 5, 2 + k % 3) for k in range(fluid._POST_DESIGNS)]
+    second = [("HH", 2, 6), ("HH", 20, 4), ("HH", 6, 1), ("HH", 15, 3)]
+    alone = [sim.run_points([p])[0] for p in second]
+    assert any(r.overloaded for r in alone) and any(r.slo_met for r in alone)
+    assert sim.run_points(first + second)[-len(second):] == alone
+
+
 def test_a_baseline_given_token_machines_is_an_error_not_a_smaller_cluster():
     stream = load_workload("coding").generate(5.0, duration_s=5.0, seed=0)
     with pytest.raises(SplitwisePlanError, match="baseline-a100 has one pool of 10 machines: no token machines"):
