@@ -68,6 +68,7 @@ _RUN_WINDOW = 32        # buckets ahead (8 s) searched for the end of a decode r
 _FREE_WINDOW = 128      # buckets ahead (32 s) searched first for the memory a transfer waits for (a multiple of _BLOCK)
 _NO_ROOM = 1e18         # a stopped design's last batches' tokens: nothing joins them
 _POST_DESIGNS = 32      # designs whose decode waits are worked out together (see splitwise's end)
+_POST_BYTES = 32 * 2**20   # and the bytes their rows may take at most: fewer designs on long streams
 _QUIET = 16             # buckets between two arrivals past which advance() skips the empty ones
 
 
@@ -953,8 +954,9 @@ class _Run:
         # A few designs' columns at a time are copied to rows first: a column of requests x designs
         # arrays is read with a stride of a whole row
         alone = np.empty_like(ttft)
-        for c0 in range(0, ttft.shape[1], _POST_DESIGNS):
-            cols = slice(c0, c0 + _POST_DESIGNS)
+        group = max(1, min(_POST_DESIGNS, _POST_BYTES // (N * 80)))   # (9 rows of 8 bytes a request, and a mask)
+        for c0 in range(0, ttft.shape[1], group):
+            cols = slice(c0, c0 + group)
             ttft_c, pm_c, dm_c, tau_c, bstart_c, bdur_c, bcred_c = (np.ascontiguousarray(x[:, cols].T) for x in (
                 ttft, pmach, dmach, tau_req, pq.bstart, pq.bdur, pq.bcred))
             lead_c = np.ascontiguousarray(pq.leaders(cols).T)
