@@ -24,7 +24,7 @@ from typer.core import TyperCommand
 from .cli import USAGE_ERROR, app, console, opt_bandwidth, opt_transfer, reject_stream_options
 from .cluster import SchedulerConfig, pool_size
 from .designs import Design, get_design
-from .errors import SplitwisePlanError
+from .errors import SplitwisePlanError, positive_number
 from .progress import progress
 from .reports import machine_counts, plural
 
@@ -223,10 +223,10 @@ def auto_method(inp: "Inputs", design: Design) -> "Inputs":
 
 
 def check_positive(value: float, flag: str) -> float:
-    if value is None or not math.isfinite(value) or value <= 0:
-        raise SplitwisePlanError(f"{flag} must be a positive number, got {value:g}" if value is not None
-                                 else f"{flag} is required")
-    return float(value)
+    """A required option's positive finite value, or a user error naming ``flag``."""
+    if value is None:
+        raise SplitwisePlanError(f"{flag} is required")
+    return positive_number(value, flag)
 
 
 def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], trace: Optional[Path],

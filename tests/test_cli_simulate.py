@@ -274,6 +274,22 @@ def test_simulate_bad_input_is_one_line_exit_2(capsys, args):
     assert_user_error(*run(capsys, "simulate", "--method", "events", "--duration", 5, *args))
 
 
+EXAMPLE_CLUSTER = Path(__file__).resolve().parents[1] / "examples" / "cluster.toml"
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "inf"])
+def test_a_bad_rate_reads_the_same_in_every_command(capsys, value):
+    """The plan, simulate, sweep and check each name --rps and what is wrong with it in the same words."""
+    said = set()
+    for argv in (["--rps", value], ["simulate", "--design", "HH", "-p", 1, "-t", 1, "--rps", value],
+                 ["sweep", "--design", "HH", "--prompt", "1:2", "--token", "1", "--rps", value],
+                 ["check", EXAMPLE_CLUSTER, "--rps", value]):
+        code, out, err = run(capsys, *argv)
+        assert_user_error(code, out, err)
+        said.add(err.strip())
+    assert said == {f"error: --rps must be positive and finite, got {float(value)!r}"}
+
+
 def test_output_path_is_a_directory(capsys, tmp_path):
     assert_user_error(*run(capsys, "simulate", "--design", "HH", "-p", 1, "-t", 1, "--rps", 5, *FAST,
                            "--csv", tmp_path))
