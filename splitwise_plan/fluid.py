@@ -929,14 +929,7 @@ class _Run:
                         overload(over)
             end = ready + tau * iters_l[i]
             book(fp, apart * (self.kv * (s + 1.0)), ready, ft, m, end, not one_token)   # prompt KV freed after the transfer
-            if pq.whole:   # no design dropped yet: whole rows
-                tau_req[i] = tau
-                pmach[i] = pj
-                dmach[i] = tj
-            else:
-                tau_req[i][act] = tau           # a row, then its columns: cheaper than [i, act]
-                pmach[i][act] = pj
-                dmach[i][act] = tj
+            pq.put(i, (tau_req, tau), (pmach, pj), (dmach, tj))
         if D:   # the machines work on after the last arrival: sample until nothing runs or is queued
             end = last + L
             live = ~dying                       # a stopped design's queue may reach far ahead
@@ -1179,10 +1172,7 @@ class _Run:
             recount((rows, j), ends)
             last_end[rows, j] = ends.max(axis=1)
             if tau_req is not None:
-                if pq.whole:
-                    tau_req[i] = tau
-                else:
-                    tau_req[i][act] = tau
+                pq.put(i, (tau_req, tau))
             if np.count_nonzero(gone):
                 drop(t)
                 if not rows.size:
@@ -1303,10 +1293,7 @@ class _PromptQueues:
         self.bdur_f[fb] = new_cost
         if credit is not None:
             self.bcred_f[fb] = credit * rides if isinstance(credit, np.ndarray) else credit
-        if self.whole:
-            self.rb[i] = bid
-        else:
-            self.rb[i][self.cols] = bid
+        self.put(i, (self.rb, bid))
         self.ob_tok_f[fj] = new_tok
         self.ob_start_f[fj] = start
         self.ob_id_f[fj] = bid
@@ -1322,23 +1309,24 @@ class _PromptQueues:
         self.W_f[fj] = end
         # (a float credit of 0.0 is there already: the request's row is written here first)
         cred = credit * rides if isinstance(credit, np.ndarray) else credit or None
-        if self.whole:
-            self.bstart[i] = start
-            self.bdur[i] = new_cost
-            if cred is not None:
-                self.bcred[i] = cred
-            self.rb[i] = i
-        else:
-            cols = self.cols
-            self.bstart[i][cols] = start
-            self.bdur[i][cols] = new_cost
-            if cred is not None:
-                self.bcred[i][cols] = cred
-            self.rb[i][cols] = i
+        self.put(i, (self.bstart, start), (self.bdur, new_cost), (self.rb, i))
+        if cred is not None:
+            self.put(i, (self.bcred, cred))
         self.ob_tok_f[fj] = s
         self.ob_start_f[fj] = start
         self.ob_id_f[fj] = i
         return start, new_cost, ~joinable, rides, end
+
+    def put(self, i, *pairs) -> None:
+        """Write request i's row of each (requests x designs array, value per design simulated): the
+        whole row while every design is, else the columns of those still simulated (a row, then its
+        columns: cheaper than ``[i, cols]``)."""
+        if self.whole:
+            for arr, value in pairs:
+                arr[i] = value
+        else:
+            for arr, value in pairs:
+                arr[i][self.cols] = value
 
     def compact(self, keep) -> None:
         """Go on simulating only the designs at rows ``keep``."""
