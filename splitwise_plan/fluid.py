@@ -1041,7 +1041,8 @@ class _Run:
         ended_at = np.zeros((D, self.C))       # when the last decode that has ended on each machine ended
         done = np.zeros((N + 1, D))            # last-token times; row N takes empty slots
         ttab, toff = self.ttab, self.toff       # token time on the machine (row 0 of each design's pair)
-        inv_tps = (1.0 / self.tokens_per_s)[:, None]
+        inv_tps = np.repeat((1.0 / self.tokens_per_s)[:, None], self.C, axis=1)   # seconds a token, each machine
+        dk = dec * inv_tps + absent             # JSQ's pending decode work: one token a decode (inf off the design)
         eps = 1e-9
         busy = np.zeros((D, self.C))           # utilization, sampled as in splitwise()
         busy_s = np.zeros((D, 2))              # one pool: busy seconds of the designs stopped, then of all
@@ -1063,22 +1064,29 @@ class _Run:
                 np.add(busy, np.clip(last_busy, sampled, upto) - sampled, out=busy)
                 sampled = upto
 
+        def views():
+            """Flat views of the (designs x machines[ x slots]) arrays: one index a machine (the cheapest gathers)."""
+            return ((x.reshape(-1, K) for x in (dend, dready, dtau, dreq)),
+                    (x.reshape(-1) for x in (dec, nxt, ended_at, last_end, dk, inv_tps, absent)))
+
         def record(r, sel):
             """Record the last tokens of the decodes in slots ``sel`` (a mask over the slots of loop rows ``r``)."""
             done[dreq[r][sel], np.broadcast_to(act[r][:, None, None], sel.shape)[sel]] = dend[r][sel]
 
         def recount(at, slots):
-            """Count the decodes of machines ``at`` afresh from their ``slots``, and when the next of them ends;
+            """Count the decodes of machines ``at`` (flat indices) afresh from their ``slots``, and when the next of them ends;
             returns which slots still run."""
             on = slots > t
-            dec[at] = _count(on)
-            nxt[at] = np.where(on, slots, np.inf).min(axis=1)
+            count = _count(on)
+            dec_f[at] = count
+            dk_f[at] = count * inv_f.take(at) + absent_f.take(at)
+            nxt_f[at] = np.where(on, slots, np.inf).min(axis=1)
             return on
 
         def drop(t):
             """Take the designs of rows ``gone`` out of the loop (their requests up to their stop are final:
             no later prompt batch delays them), then keep only the decode slots the others need."""
-            nonlocal rows, W, act, absent, dend, dready, dtau, dreq, dec, nxt, ended_at, busy, last_end, toff, inv_tps, K, gone
+            nonlocal rows, W, act, absent, dend, dready, dtau, dreq, dec, nxt, ended_at, busy, last_end, toff, inv_tps, dk, K, gone
             g = gone.nonzero()[0]
             record(g, dreq[g] >= 0)
             busy_s[act[g], 0] = busy[g].sum(axis=1) * _RING_S
@@ -1091,8 +1099,8 @@ class _Run:
             keep[holes] = movers
             pq.compact(keep)
             rows, W, act = pq.rows, pq.W, pq.cols
-            absent, dec, nxt, ended_at, busy, last_end, toff, inv_tps = (
-                x[keep] for x in (absent, dec, nxt, ended_at, busy, last_end, toff, inv_tps))
+            absent, dec, nxt, ended_at, busy, last_end, toff, inv_tps, dk = (
+                x[keep] for x in (absent, dec, nxt, ended_at, busy, last_end, toff, inv_tps, dk))
             for x in (dend, dready, dtau, dreq):
                 x[holes] = x[movers]
             dend, dready, dtau, dreq = dend[:n], dready[:n], dtau[:n], dreq[:n]
@@ -1111,6 +1119,7 @@ class _Run:
                 dreq[free] = -1
                 K = need
 
+        (dend_f, dready_f, dtau_f, dreq_f), (dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f, absent_f) = views()
         for i in range(N):
             t = self.a[i]
             if tau_req is not None and i - checked >= _CHECK:
@@ -1123,60 +1132,71 @@ class _Run:
                     drop(t)
                     if not rows.size:
                         break
+                    (dend_f, dready_f, dtau_f, dreq_f), (dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f, absent_f) = views()
             sample(int(t / _RING_S))
-            ended = (nxt <= t).nonzero()
-            if ended[0].size:
-                slots = dend[ended]
+            ended = np.flatnonzero(nxt <= t)
+            if ended.size:
+                slots = dend_f.take(ended, axis=0)
                 on = recount(ended, slots)
-                ended_at[ended] = np.maximum(ended_at[ended], np.where(on, 0.0, slots).max(axis=1))
+                ended_at_f[ended] = np.maximum(ended_at_f.take(ended), np.where(on, 0.0, slots).max(axis=1))
             # JSQ on pending work: queued prompt time plus one token per decode
-            j = np.argmin(np.maximum(W, t) + dec * inv_tps + absent, axis=1)
-            d_j = dec[rows, j].astype(np.float64)
-            tau = ttab.take(toff + dec[rows, j])
+            key = np.maximum(W, t)
+            key += dk
+            j = key.argmin(axis=1)
+            fj = pq.flat(j)
+            n_j = dec_f.take(fj)
+            d_j = n_j.astype(np.float64)
+            tau = ttab.take(toff + n_j)
             if d_j.max() >= K:   # a machine decodes in every slot: track twice as many
                 dend, dready, dtau = (np.concatenate([x, np.zeros_like(x)], axis=2) for x in (dend, dready, dtau))
                 dreq = np.concatenate([dreq, np.full_like(dreq, -1)], axis=2)
                 K *= 2
+                (dend_f, dready_f, dtau_f, dreq_f), _ = views()
             # a prompt stops a running decode batch at its next iteration boundary: the machine's
             # decode iterations run back to back since its last prompt batch ended (at W) or,
             # later, since the last decode there ended (a new run of the smaller batch starts)
-            Wj = W[rows, j]
-            grid = np.maximum(Wj, ended_at[rows, j])
-            W[rows, j] = np.where((Wj <= t) & (d_j > 0), grid + (np.floor((t - grid) / tau) + 1.0) * tau, Wj)
+            W_f = pq.W_f
+            Wj = W_f[fj]
+            grid = np.maximum(Wj, ended_at_f.take(fj))
+            W_f[fj] = np.where((Wj <= t) & (d_j > 0), grid + (np.floor((t - grid) / tau) + 1.0) * tau, Wj)
             # the decodes that share the batch: those decoding when it starts (their prompt done,
             # their last token not yet), not the ones that finish before it nor its own prompts.
             # Decodes end on the machine's iteration grid, as batches start: one that ends within
             # half an iteration of the start ends at that boundary, before the batch.
-            ends, rdy = dend[rows, j], dready[rows, j]
-            half = 0.5 * tau[:, None]
-            at = pq.batch_start(i, t, j)[:, None]
-            riding = _count((rdy <= at + eps) & (ends > at + half)).astype(np.float64)
-            start, delta, fresh, ride, ready = pq.step(i, t, j, riding)
+            ends, rdy = dend_f.take(fj, axis=0), dready_f.take(fj, axis=0)
+            join = pq.join(i, t, fj)
+            at = pq.batch_start(t, fj, join)[:, None]
+            running = ends > at + 0.5 * tau[:, None]   # (then delayed by the batch: it starts at ``at``)
+            riding = _count((rdy <= at + eps) & running).astype(np.float64)
+            start, delta, fresh, ride, ready = pq.step(i, t, j, riding, fj=fj, join=join)
             if start[start.argmax()] - t > self.overload_s:   # overloaded, as in splitwise(): its later requests
                 over = start - t > self.overload_s            # are unfinished, and it leaves the loop
                 stop[act[over]] = i + 1
                 gone |= over
             # the machine's running decodes wait out the new batch time
-            loss = delta[:, None] - np.where((fresh & ride)[:, None], dtau[rows, j], 0.0)
-            ends += np.where(ends > start[:, None] + half, np.maximum(loss, 0.0), 0.0)
-            rdy += np.where(rdy > start[:, None], delta[:, None], 0.0)   # a joined batch grew
-            slot = np.argmin(ends, axis=1)
-            old = dreq[rows, j, slot]
-            done[np.where(old >= 0, old, N), act] = ends[rows, slot]
-            ends[rows, slot] = ready + tau * (self.n[i] - 1.0)   # decoding starts with the next iteration
-            rdy[rows, slot] = ready
-            dend[rows, j] = ends
-            dready[rows, j] = rdy
-            dtau[rows, j, slot] = tau
-            dreq[rows, j, slot] = i
-            recount((rows, j), ends)
-            last_end[rows, j] = ends.max(axis=1)
+            loss = delta[:, None] - np.where((fresh & ride)[:, None], dtau_f.take(fj, axis=0), 0.0)
+            ends += running * np.maximum(loss, 0.0)   # (products, not np.where: the same sums, faster)
+            rdy += (rdy > at) * delta[:, None]        # a joined batch grew
+            slot = ends.argmin(axis=1)
+            fs = rows * K + slot                # the slot in ends and rdy
+            gs = fj * K + slot                  # and in the (designs x machines x slots) arrays
+            old = dreq_f.reshape(-1).take(gs)
+            done[np.where(old >= 0, old, N), act] = ends.reshape(-1).take(fs)
+            ends.reshape(-1)[fs] = ready + tau * (self.n[i] - 1.0)   # decoding starts with the next iteration
+            rdy.reshape(-1)[fs] = ready
+            dend_f[fj] = ends
+            dready_f[fj] = rdy
+            dtau_f.reshape(-1)[gs] = tau
+            dreq_f.reshape(-1)[gs] = i
+            recount(fj, ends)
+            last_end_f[fj] = ends.max(axis=1)
             if tau_req is not None:
                 pq.put(i, (tau_req, tau))
             if np.count_nonzero(gone):
                 drop(t)
                 if not rows.size:
                     break
+                (dend_f, dready_f, dtau_f, dreq_f), (dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f, absent_f) = views()
         if rows.size:
             sample(int(max(dend.max(), W.max()) / _RING_S))   # the machines work on after the last arrival
             record(rows, dreq >= 0)
@@ -1186,14 +1206,11 @@ class _Run:
 
 def _count(flags) -> np.ndarray:
     """True flags along the last axis (decode slots): with ``_DECODE_SLOTS`` a multiple of 8
-    they are whole 64-bit words, and a popcount a word is ~5x faster than a short-axis sum."""
+    they are whole 64-bit words, and one popcount over all the words then a sum a row is
+    ~4x faster than a short-axis sum of 128 flags (and than a popcount a word at a time)."""
     if _POPCOUNT is None or flags.shape[-1] % 8:
         return flags.sum(axis=-1)
-    words = flags.view(np.uint64)
-    out = _POPCOUNT(words[..., 0]).astype(np.int64)   # (a word's count is uint8: a sum of them would wrap at 256)
-    for k in range(1, words.shape[-1]):
-        out += _POPCOUNT(words[..., k])
-    return out
+    return _POPCOUNT(flags.view(np.uint64)).sum(axis=-1, dtype=np.int64)   # (uint8 counts: summed as int64)
 
 
 def _by_machine(machine, bound: int) -> np.ndarray:
@@ -1252,7 +1269,7 @@ class _PromptQueues:
         """Flat indices of machines ``j`` (one per design) into the (designs x machines) arrays."""
         return self.row_base + j
 
-    def _join(self, i, t, fj):
+    def join(self, i, t, fj):
         """(machine's last batch's start and tokens, may request i join that batch?) for flat machines ``fj``.
 
         A batch that starts after ``t`` has tokens and its machine's queue ends after it.
@@ -1261,14 +1278,13 @@ class _PromptQueues:
         otok = self.ob_tok_f[fj]
         return ostart, otok, (ostart > t) & (otok + self.prompt[i] <= self.max_tokens)
 
-    def batch_start(self, i, t, j):
-        """When request i's prompt batch would start on machine ``j`` of each design (as ``step``)."""
-        fj = self.flat(j)
-        ostart, _, joinable = self._join(i, t, fj)
+    def batch_start(self, t, fj, join):
+        """When a request's prompt batch would start on flat machines ``fj`` (as ``step``), given its ``join``."""
+        ostart, _, joinable = join
         return np.where(joinable, ostart, np.maximum(self.W_f[fj], t))
 
-    def step(self, i, t, j, decodes, on_token=None, credit=None, fj=None):
-        """Queue request i on machine ``j`` (flat index ``fj``, if known) of each design.
+    def step(self, i, t, j, decodes, on_token=None, credit=None, fj=None, join=None):
+        """Queue request i on machine ``j`` (flat index ``fj``, and its ``join``, if known) of each design.
 
         Returns (batch start, added batch time, new batch?, decodes ride along?, prompt end).
         """
@@ -1276,7 +1292,7 @@ class _PromptQueues:
         s = self.prompt[i]
         if fj is None:
             fj = self.flat(j)
-        ostart, otok, joinable = self._join(i, t, fj)
+        ostart, otok, joinable = self.join(i, t, fj) if join is None else join
         self.joined = bool(np.count_nonzero(joinable))
         if not self.joined:
             return self._open(i, t, fj, s, decodes, on_token, credit, joinable)
