@@ -900,7 +900,7 @@ class _Run:
             # at ndec + 1 decodes (ndec is a whole number >= 0), at most _MAX_DECODES
             d_t = ndec_f[ft]
             tau = ttab_next.take(tofs.take(ft) + np.minimum(d_t, _MAX_DECODES - 1).astype(np.int64))
-            if iters_l[i] > 0.0 and not d_t.all():   # an idle token machine: no running iteration to join
+            if iters_l[i] > 0.0 and np.count_nonzero(d_t) < D:   # an idle token machine: no running iteration to join
                 tau = tau * np.where(d_t > 0.0, 1.0, 1.0 - join_l[i] / iters_l[i])   # (tau_req: per iteration)
             if short_t:   # the decode's machine lacks room as booked: it starts once enough is released
                 lack = held_at(ft) + m - cap.reshape(-1)[ft]
@@ -1147,7 +1147,7 @@ class _Run:
             n_j = dec_f.take(fj)
             d_j = n_j.astype(np.float64)
             tau = ttab.take(toff + n_j)
-            if d_j.max() >= K:   # a machine decodes in every slot: track twice as many
+            if n_j[n_j.argmax()] >= K:   # a machine decodes in every slot: track twice as many
                 dend, dready, dtau = (np.concatenate([x, np.zeros_like(x)], axis=2) for x in (dend, dready, dtau))
                 dreq = np.concatenate([dreq, np.full_like(dreq, -1)], axis=2)
                 K *= 2
