@@ -1064,10 +1064,15 @@ class _Run:
                 np.add(busy, np.clip(last_busy, sampled, upto) - sampled, out=busy)
                 sampled = upto
 
+        dend_f = dready_f = dtau_f = dreq_f = dec_f = nxt_f = ended_at_f = last_end_f = dk_f = inv_f = absent_f = None
+
         def views():
-            """Flat views of the (designs x machines[ x slots]) arrays: one index a machine (the cheapest gathers)."""
-            return ((x.reshape(-1, K) for x in (dend, dready, dtau, dreq)),
-                    (x.reshape(-1) for x in (dec, nxt, ended_at, last_end, dk, inv_tps, absent)))
+            """Make the flat views of the (designs x machines[ x slots]) arrays anew (after they change): one
+            index a machine, the cheapest gathers and scatters. (All are C-contiguous: reshape is a view.)"""
+            nonlocal dend_f, dready_f, dtau_f, dreq_f, dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f, absent_f
+            dend_f, dready_f, dtau_f, dreq_f = (x.reshape(-1, K) for x in (dend, dready, dtau, dreq))
+            dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f, absent_f = (
+                x.reshape(-1) for x in (dec, nxt, ended_at, last_end, dk, inv_tps, absent))
 
         def record(r, sel):
             """Record the last tokens of the decodes in slots ``sel`` (a mask over the slots of loop rows ``r``)."""
@@ -1119,7 +1124,7 @@ class _Run:
                 dreq[free] = -1
                 K = need
 
-        (dend_f, dready_f, dtau_f, dreq_f), (dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f, absent_f) = views()
+        views()
         for i in range(N):
             t = self.a[i]
             if tau_req is not None and i - checked >= _CHECK:
@@ -1132,7 +1137,7 @@ class _Run:
                     drop(t)
                     if not rows.size:
                         break
-                    (dend_f, dready_f, dtau_f, dreq_f), (dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f, absent_f) = views()
+                    views()
             sample(int(t / _RING_S))
             ended = np.flatnonzero(nxt <= t)
             if ended.size:
@@ -1151,7 +1156,7 @@ class _Run:
                 dend, dready, dtau = (np.concatenate([x, np.zeros_like(x)], axis=2) for x in (dend, dready, dtau))
                 dreq = np.concatenate([dreq, np.full_like(dreq, -1)], axis=2)
                 K *= 2
-                (dend_f, dready_f, dtau_f, dreq_f), _ = views()
+                views()
             # a prompt stops a running decode batch at its next iteration boundary: the machine's
             # decode iterations run back to back since its last prompt batch ended (at W) or,
             # later, since the last decode there ended (a new run of the smaller batch starts)
@@ -1166,7 +1171,7 @@ class _Run:
             ends, rdy = dend_f.take(fj, axis=0), dready_f.take(fj, axis=0)
             join = pq.join(i, t, fj)
             at = pq.batch_start(t, fj, join)[:, None]
-            running = ends > at + 0.5 * tau[:, None]   # (then delayed by the batch: it starts at ``at``)
+            running = ends > at + 0.5 * tau[:, None]   # decoding at the batch start (where step starts it)
             riding = _count((rdy <= at + eps) & running).astype(np.float64)
             start, delta, fresh, ride, ready = pq.step(i, t, j, riding, fj=fj, join=join)
             if start[start.argmax()] - t > self.overload_s:   # overloaded, as in splitwise(): its later requests
@@ -1196,7 +1201,7 @@ class _Run:
                 drop(t)
                 if not rows.size:
                     break
-                (dend_f, dready_f, dtau_f, dreq_f), (dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f, absent_f) = views()
+                views()
         if rows.size:
             sample(int(max(dend.max(), W.max()) / _RING_S))   # the machines work on after the last arrival
             record(rows, dreq >= 0)
