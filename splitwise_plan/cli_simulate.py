@@ -542,7 +542,7 @@ def _resumable_grid(sim, inp, design: Design, grid: list, where: Optional[Path],
             _note(f"resuming: {len(done):,} of {len(grid):,} design points kept in {where}", False)
     todo = [pt for pt in grid if pt not in done]
     if jobs is None:
-        jobs = sim.default_jobs(len(todo))
+        jobs = sim.default_jobs(len(todo), design=design)
     try:
         fresh = run_grid(sim, design, todo, quiet=quiet, jobs=jobs or cpu_cores(),
                          on_results=ckpt.keep if ckpt is not None else None) if todo else []

@@ -33,6 +33,8 @@ METHODS = ("fluid", "events")
 _WORKER_MEMORY = 200 * 2**20      # bytes a worker process takes besides its fluid pass (Python, numpy, the stream)
 _WORKER_START_S = 0.4             # seconds to start a worker: a run shorter than a few of these stays in-process
 _FLUID_S_PER_REQUEST = 0.8e-6     # CPU seconds a fluid pass spends per request and design, beyond its shared cost
+_FLUID_BASELINE_S_PER_REQUEST = 3e-6   # and on a baseline, whose decodes it tracks machine by machine (2026-12-03,
+                                       # 70 req/s of coding: 2.4-5.2 us over the Baseline-A100 and -H100 lines)
 # Where a token instance holds fewer than this many of the stream's mean requests' KV caches (Llama2-70B at
 # TP2: about 7 of coding, 10 of conversation; every other shipped model, TP and workload: 38 or more), decodes
 # spill onto borrowed prompt machines and the fluid model's borrowing can run away: it can read a Splitwise
@@ -400,15 +402,18 @@ class Simulator:
             return self._events(clusters, progress, on_results)
         return self._fluid(clusters, progress, on_results)
 
-    def default_jobs(self, n_points: int, method: str | None = None) -> int:
-        """Worker processes a ``run_many`` of ``n_points`` is worth when the caller names none.
+    def default_jobs(self, n_points: int, method: str | None = None, design: str | Design | None = None) -> int:
+        """Worker processes a ``run_many`` of ``n_points`` (of ``design``, if named) is worth when the caller names none.
 
         One per core, no more than the free memory holds (a fluid pass and a Python each), and
-        none where splitting the work saves less than starting the workers costs.
+        none where splitting the work saves less than starting the workers costs (a baseline's
+        point costs the fluid model several times a Splitwise one's).
         """
         from .fluid import PASS_MEMORY
         method = self.method if method is None else _check_method(method)
-        per_point = 0.3 if method == "events" else _FLUID_S_PER_REQUEST * len(self.stream)
+        baseline = design is not None and get_design(design).is_baseline
+        per_point = 0.3 if method == "events" else (
+            _FLUID_BASELINE_S_PER_REQUEST if baseline else _FLUID_S_PER_REQUEST) * len(self.stream)
         if n_points * per_point < 4 * _WORKER_START_S:
             return 1
         cores = cpu_cores()

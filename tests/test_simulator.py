@@ -469,6 +469,9 @@ def test_a_run_takes_workers_only_where_they_gain_and_memory_holds_them(monkeypa
     free = {"pages": 2**40 // page}                         # a terabyte free
     monkeypatch.setattr(os, "sysconf", lambda name: free["pages"] if name == "SC_AVPHYS_PAGES" else real(name))
     assert sim.default_jobs(1521) == cores                  # the 39x39 grid: one per core
+    assert sim.default_jobs(79) == 1                        # 79 Splitwise points: under a second of work
+    assert sim.default_jobs(79, design="H100") == cores     # the Baseline-H100 line: 3-4 s of CPU (2-worker sweep 0.78x)
+    assert sim.default_jobs(20, design="baseline-a100") == 1
     assert sim.default_jobs(3, method="events") == 1 and sim.default_jobs(40, method="events") == cores
     free["pages"] = (fluid.PASS_MEMORY + 300 * 2**20) // page   # room for one worker only
     assert sim.default_jobs(1521) == 1
