@@ -213,16 +213,20 @@ def _var(prob, name: str, low=None, up=None, cat: str = "Continuous"):
 
 
 def _solver():
-    """CBC through PuLP: a system ``cbc`` (COIN_CMD) when present, else the one bundled with PuLP."""
-    import warnings
+    """CBC through PuLP: a system ``cbc`` (COIN_CMD) when present, else the one bundled with PuLP.
 
+    PuLP 3 warns that its 4.0 drops the bundled CBC (pyproject keeps PuLP below 4): the warning is
+    declined where the solver is made, not filtered (a filter is process-wide, and the planner
+    makes solvers in several threads at once, where ``catch_warnings`` lets warnings through).
+    """
     import pulp
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        coin = pulp.COIN_CMD(msg=False)
-        if coin.available():
-            return coin
+    coin = pulp.COIN_CMD(msg=False)
+    if coin.available():
+        return coin
+    try:
+        return pulp.PULP_CBC_CMD(msg=False, _skip_v4_deprecation=True)
+    except TypeError:   # PuLP 2: no such warning, nor argument
         return pulp.PULP_CBC_CMD(msg=False)
 
 
