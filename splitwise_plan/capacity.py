@@ -226,8 +226,11 @@ def _solver():
         return coin
     try:
         return pulp.PULP_CBC_CMD(msg=False, _skip_v4_deprecation=True)
-    except TypeError:   # PuLP 2: no such warning, nor argument
-        return pulp.PULP_CBC_CMD(msg=False)
+    except TypeError:   # a PuLP without that argument: PuLP 2 has no such warning; any other's is filtered here
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return pulp.PULP_CBC_CMD(msg=False)
 
 
 @dataclass(frozen=True)
