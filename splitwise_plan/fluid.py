@@ -1150,7 +1150,6 @@ class _Run:
             j = key.argmin(axis=1)
             fj = pq.flat(j)
             n_j = dec_f.take(fj)
-            d_j = n_j.astype(np.float64)
             tau = ttab.take(toff + n_j)
             if n_j[n_j.argmax()] >= K:   # a machine decodes in every slot: track twice as many
                 dend, dready, dtau = (np.concatenate([x, np.zeros_like(x)], axis=2) for x in (dend, dready, dtau))
@@ -1163,7 +1162,7 @@ class _Run:
             W_f = pq.W_f
             Wj = W_f[fj]
             grid = np.maximum(Wj, ended_at_f.take(fj))
-            W_f[fj] = np.where((Wj <= t) & (d_j > 0), grid + (np.floor((t - grid) / tau) + 1.0) * tau, Wj)
+            W_f[fj] = np.where((Wj <= t) & (n_j > 0), grid + (np.floor((t - grid) / tau) + 1.0) * tau, Wj)
             # the decodes that share the batch: those decoding when it starts (their prompt done,
             # their last token not yet), not the ones that finish before it nor its own prompts.
             # Decodes end on the machine's iteration grid, as batches start: one that ends within
