@@ -39,7 +39,7 @@ of the discrete-event rules in ``oracle.py``; benchmarks and tests measure how c
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -108,15 +108,57 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
         raise SplitwisePlanError(f"the fluid model keeps the reference's {', '.join(fixed)} (a decode batch is bounded by "
                                  "memory, a mixed batch has no preemption limit, a transfer waiting for memory starts "
                                  "as it is freed, not at a retry); simulate with the events method to change them")
-    outs = []
-    size = pass_size(len(clusters), len(stream.arrival_s), machines=max(c.n_instances for c in clusters))
-    for lo in range(0, len(clusters), size):   # bounded memory: designs x requests arrays per pass
-        run = _Run(clusters[lo:lo + size], stream, overload_s, verdict)
-        outs.append(run.baseline() if first.is_baseline else run.splitwise())
-    if len(outs) == 1:
+    # a request whose KV cache exceeds the free HBM of every machine of a design never runs there (as in the
+    # oracle and the reference): it holds no machine, no memory and no queue; it is unfinished, and the design
+    # is flagged oom. Designs of one KV room share their passes over the requests they can hold
+    mem = float(first.model.kv_bytes_per_token) * (np.asarray(stream.prompt_tokens, dtype=np.float64)
+                                                   + np.asarray(stream.output_tokens, dtype=np.float64))
+    rooms = np.array([c.kv_room for c in clusters])
+    if np.count_nonzero(mem > rooms.min()) == 0:
+        return _passes(clusters, stream, None, overload_s, verdict)
+    outs, order = [], []
+    for room in np.unique(rooms):
+        idx = (rooms == room).nonzero()[0]
+        keep = mem <= room
+        part = [clusters[k] for k in idx]
+        if not np.count_nonzero(keep):   # nothing it can hold: every request unfinished
+            nan = np.full((idx.size, keep.size), np.nan)
+            pools = np.array([[0.0, 0.0 if c.token else np.nan] for c in part])
+            out = FluidOutcome(nan, nan.copy(), np.zeros(idx.size), pools,
+                               np.ones(idx.size, dtype=bool), np.zeros(idx.size, dtype=bool), np.zeros(idx.size, dtype=bool))
+        else:
+            out = _passes(part, stream, keep.nonzero()[0], overload_s,
+                          None if verdict is None else verdict.of_requests(keep))
+            ttft, e2e = (np.full((idx.size, keep.size), np.nan) for _ in range(2))
+            ttft[:, keep], e2e[:, keep] = out.ttft, out.e2e
+            out = replace(out, ttft=ttft, e2e=e2e, oom=out.oom | ~keep.all())
+        outs.append(out)
+        order.append(idx)
+    back = np.argsort(np.concatenate(order), kind="stable")
+    return _concat(outs, back)
+
+
+_FIELDS = ("ttft", "e2e", "utilization", "pool_utilization", "oom", "overloaded", "failed")
+
+
+def _concat(outs: list[FluidOutcome], order=None) -> FluidOutcome:
+    """Outcomes of consecutive parts of a batch as one (its designs taken in ``order`` if given)."""
+    if len(outs) == 1 and order is None:
         return outs[0]
-    return FluidOutcome(*(np.concatenate([getattr(o, f) for o in outs])
-                          for f in ("ttft", "e2e", "utilization", "pool_utilization", "oom", "overloaded", "failed")))
+    return FluidOutcome(*(np.concatenate([getattr(o, f) for o in outs])[slice(None) if order is None else order]
+                          for f in _FIELDS))
+
+
+def _passes(clusters: list[Cluster], stream, requests, overload_s, verdict) -> FluidOutcome:
+    """Clusters of one kind in passes of bounded memory (designs x requests arrays), on the ``requests``
+    of the stream (indices; None: all)."""
+    outs = []
+    n = len(stream.arrival_s) if requests is None else len(requests)
+    size = pass_size(len(clusters), n, machines=max(c.n_instances for c in clusters))
+    for lo in range(0, len(clusters), size):
+        run = _Run(clusters[lo:lo + size], stream, overload_s, verdict, requests)
+        outs.append(run.baseline() if clusters[0].is_baseline else run.splitwise())
+    return _concat(outs)
 
 
 def pass_size(n_designs: int, n_requests: int, parts_of: int = 1, machines: int = 0) -> int:
@@ -137,15 +179,16 @@ def pass_size(n_designs: int, n_requests: int, parts_of: int = 1, machines: int 
 
 class _Run:
     def __init__(self, clusters: list[Cluster], stream, overload_s: float = math.inf,
-                 verdict: Verdict | None = None) -> None:
+                 verdict: Verdict | None = None, requests: np.ndarray | None = None) -> None:
+        """``requests``: the indices of the stream's requests simulated (None: all), in order."""
         c0 = clusters[0]
         self.overload_s = float(overload_s)
         self.verdict = verdict
         self.cfg = c0.scheduler
         kv = self.kv = float(c0.model.kv_bytes_per_token)
-        self.a = np.asarray(stream.arrival_s, dtype=np.float64)
-        self.s = np.asarray(stream.prompt_tokens, dtype=np.float64)
-        self.n = np.asarray(stream.output_tokens, dtype=np.float64)
+        picked = slice(None) if requests is None else requests
+        self.a, self.s, self.n = (np.asarray(x, dtype=np.float64)[picked]
+                                  for x in (stream.arrival_s, stream.prompt_tokens, stream.output_tokens))
         self.mem = kv * (self.s + self.n)                       # KV bytes held while decoding
         # KV-cache transfer time; a request of one output token ends with its prompt: no transfer, no decode
         self.xfer = np.where(self.n > 1, kv * self.s / self.cfg.effective_bandwidth, 0.0)
@@ -186,7 +229,9 @@ class _Run:
         self.tokens_per_s = np.array([mbt / float(lp.prompt_time(mbt)) for lp in lat_p])[self.grp]
         self.batch_factor = np.array([1.0, MIXED_BATCH_FACTOR])   # a batch's time: plain, mixed
         # where in a running iteration each request joins: uniform on (0, 1), low-discrepancy
-        self.u = np.modf(0.5 + np.arange(len(self.a)) * 0.6180339887498949)[0]
+        # (by the request's place in the stream: leaving out requests no machine holds moves no other's)
+        place = np.arange(len(stream.arrival_s))[picked]
+        self.u = np.modf(0.5 + place * 0.6180339887498949)[0]
         self.iters = np.where(self.n > 1, self.n - 1.0 + self.u, 0.0)   # decode iterations alone: joining, then output - 1
         self.prompt = self.s.tolist()           # prompt tokens per request (Python floats index fast)
         if verdict is not None:
@@ -990,12 +1035,6 @@ class _Run:
         for d in (stop < len(self.a)).nonzero()[0]:   # a stopped design's later requests are unfinished
             ttft[stop[d]:, d] = np.nan
             last_token[stop[d]:, d] = np.nan
-        # a request whose KV cache exceeds every machine's free HBM never runs (as in the oracle): unfinished, oom
-        too_big = (self.mem[:, None] > np.maximum(self.cap_p, self.cap_t)[None, :]).nonzero()
-        if too_big[0].size:
-            ttft[too_big] = np.nan
-            last_token[too_big] = np.nan
-            oom = oom | np.bincount(too_big[1], minlength=oom.size).astype(bool)
         horizon = np.fmax.reduce(last_token, axis=0)   # skips NaN; NaN where none finished
         if sampled_s is not None:
             horizon = np.where(np.isnan(sampled_s), horizon, sampled_s)

@@ -73,3 +73,10 @@ class Verdict:
         ref = dict(zip(("ttft", "tbt", "e2e"), reference))
         return cls(tuple((s.metric, np.asarray(ref[s.metric]) if s.unit == "slowdown" else None, float(s.limit),
                           n - math.floor((n - 1) * s.percentile / 100.0) + 1) for s in slos))
+
+    def of_requests(self, keep: np.ndarray) -> "Verdict":
+        """The verdict on the requests ``keep`` (a mask) alone: each of the others is unfinished, so it
+        already breaks every SLO, and fewer of the rest need to."""
+        lost = int(keep.size - np.count_nonzero(keep))
+        return Verdict(tuple((metric, None if ref is None else ref[keep], limit, count - lost)
+                             for metric, ref, limit, count in self.slos))

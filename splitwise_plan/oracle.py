@@ -10,6 +10,7 @@ transfer). The fast fluid simulator is checked against it.
 from __future__ import annotations
 
 import heapq
+import math
 import itertools
 from bisect import insort
 from dataclasses import dataclass
@@ -388,6 +389,9 @@ class _Sim:
         mem_t = self.kv * (req.output - 1)
         if mem_p + mem_t > self.largest_kv:   # no machine ever holds it: never admitted (unfinished, and said
             self.oom = True                   # so), so it blocks no queue and holds no memory of the others'
+            if self.broken:                   # (and it breaks every SLO of the verdict: it never finishes)
+                for metric in METRICS:
+                    self._judge(metric, req.rid, math.inf)
             return
         if self.cluster.is_baseline:
             inst = min(self.instances, key=_PENDING)

@@ -496,6 +496,41 @@ def test_a_request_larger_than_any_machine_is_unfinished_and_flagged(method):
         # oracle queued it on a machine, where it held the other's transfer back for ever)
         alone, one = Simulator(_one(1_000, 10), method=method).run_requests("HH", 1, 1)
         assert table["e2e_s"][1] == pytest.approx(one["e2e_s"][0], rel=1e-9)
+    none = RequestStream(np.array([0.0, 1.0]), np.array([100_000, 95_000]), np.array([10, 10]))
+    for design in (("HH", 1, 1), ("A100", 2, 0)):   # nothing runs: reported, not an error
+        r = Simulator(none, method=method).run(*design)
+        assert (r.completed, r.oom, r.overloaded, r.slo_met, r.utilization) == (0, True, False, False, 0.0)
+
+
+@pytest.mark.parametrize("stop_early", [False, True])
+def test_a_request_no_machine_holds_leaves_the_others_run_as_the_oracle_runs_them(stop_early):
+    """A 90,000-token prompt (~360 GB of BLOOM's KV cache) in a stream of 800: the oracle never admits it
+    and runs the others as usual. The fluid model routed it, and a Splitwise design waited for its memory
+    for ever: overloaded, the 700 requests after it unfinished. Now every design of a batch, whatever its
+    machines' room, leaves out just the requests it can never hold, and says so."""
+    stream = load_workload("coding").generate(20.0, duration_s=40.0, seed=3)
+    prompts = stream.prompt_tokens.copy()
+    prompts[100] = 90_000
+    big = RequestStream(stream.arrival_s, prompts, stream.output_tokens)
+    # the last design's machines keep 14.6 GB beside the weights: its requests over ~3,600 tokens never run
+    points = [("HH", 8, 3), ("A100", 40, 0), ("a100-small:a100-small", 30, 12)]
+    kw = dict(machines=_small_token_machines(40), stop_early=stop_early)
+    fluid = Simulator(big, **kw).run_points(points)
+    events = Simulator(big, method="events", **kw).run_points(points)
+    assert fluid == [Simulator(big, **kw).run_points([p])[0] for p in points]   # batched or alone, the same
+    small = int(np.count_nonzero(BLOOM_KV * (prompts + stream.output_tokens) > 8 * 40 * 2**30 - 329e9))   # (weights)
+    assert small > 100
+    for f, e in zip(fluid, events):
+        assert f.oom and e.oom and not f.overloaded and f.slo_met == e.slo_met
+        # the verdict counts the requests never run as past every limit: a sixth of the small design's
+        assert f.stopped_early == e.stopped_early == (stop_early and f is fluid[2])
+        if not f.stopped_early:
+            assert f.completed == e.completed == len(big) - (small if f is fluid[2] else 1)
+            fv, ev = (np.array([r.latency_s[m][p] for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)])
+                      for r in (f, e))
+            fin = np.isfinite(ev)   # (unfinished requests count as inf: a sixth of the small design's)
+            assert (np.isfinite(fv) == fin).all() and np.median(np.abs(fv[fin] / ev[fin] - 1)) < 0.1, (fv, ev)
+    assert fluid[0].slo_met and not fluid[2].slo_met
 
 
 @pytest.mark.parametrize("method", ["events", "fluid"])
