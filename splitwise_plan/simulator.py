@@ -38,7 +38,7 @@ _FLUID_BASELINE_S_PER_REQUEST = 3e-6   # and on a baseline, whose decodes it tra
 # Where a token instance holds fewer than this many of the stream's mean requests' KV caches (Llama2-70B at
 # TP2: about 7 of coding, 10 of conversation; every other shipped model, TP and workload: 38 or more), decodes
 # spill onto borrowed prompt machines and the fluid model's borrowing can run away: it can read a Splitwise
-# design's SLOs 2-3x the discrete-event oracle's (README, "Fidelity")
+# design's SLOs 2-3x the discrete-event oracle's (README, "Known limits of the fluid model")
 FEW_CACHES = 20
 
 

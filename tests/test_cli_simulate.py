@@ -37,7 +37,7 @@ def assert_user_error(code, out, err):
 
 def test_the_fluid_method_cautions_where_a_token_instance_holds_few_kv_caches(capsys, tmp_path):
     """Llama2-70B at TP2 keeps about 7 mean coding requests' KV caches an instance, where the fluid model
-    reads up to 3x the oracle (README, Fidelity): sweep, simulate and check say so, even with --quiet,
+    reads up to 3x the oracle (README, known limits of the fluid model): sweep, simulate and check say so, even with --quiet,
     and name the way out; at TP4, with BLOOM-176B, or with the oracle they say nothing of it."""
     tp2 = ["--model", "llama2-70b", "--tp", 2, "--rps", 5, "--duration", 20, "--quiet"]
     cluster = tmp_path / "tp2.toml"
