@@ -10,8 +10,8 @@ transfer). The fast fluid simulator is checked against it.
 from __future__ import annotations
 
 import heapq
-import math
 import itertools
+import math
 from bisect import insort
 from dataclasses import dataclass
 from operator import attrgetter
