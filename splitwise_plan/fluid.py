@@ -256,25 +256,36 @@ class _Run:
             return _RING
         return int(min(_RING, _BLOCK * math.ceil(buckets / _BLOCK)))
 
-    def _hopeless(self, lo: int, hi: int, pq, cols, tau_req, pmach=None, dmach=None) -> np.ndarray:
+    def _hopeless(self, lo: int, hi: int, pq, cols, tau_req, pmach=None, dmach=None, ends=None,
+                  now: float = 0.0) -> np.ndarray:
         """Columns among ``cols`` whose SLOs of ``self.verdict`` can no longer all hold, given requests lo..hi.
 
         Lower bounds of each request's latencies, which the rest of the run only lengthens:
         TTFT from its batch start (fixed once set) plus the least time of its own prompt;
         TBT and E2E add the KV transfer (unless the prompt and token machines are one) and
         its undelayed decode iterations (a baseline's, with no machines given: ``output - 1``
-        at ``tau_req`` from the end of its prompt batch, and no transfer).
+        at ``tau_req`` from the end of its prompt batch, and no transfer). A baseline also
+        gives its decodes' last tokens as they stand ``now`` (``ends``, requests x ``cols``):
+        final once ended, and later prompt batches only delay one still running; where a
+        request's prompt batch has started by ``now``, its TTFT is final too.
         """
         c = cols[None, :]
-        start = pq.bstart[pq.rb[lo:hi][:, cols], c]
-        ttft = start - self.a[lo:hi, None] + self.least_prompt.take(
-            self.poff[cols][None, :] + self.s[lo:hi].astype(np.int64)[:, None])
+        lead = pq.rb[lo:hi][:, cols]
+        start = pq.bstart[lead, c]
+        arrival, n = self.a[lo:hi, None], self.n[lo:hi, None]
+        ttft = start - arrival + self.least_prompt.take(self.poff[cols][None, :] + self.s[lo:hi].astype(np.int64)[:, None])
         if pmach is None:
-            dec = tau_req[lo:hi][:, cols] * (self.n[lo:hi, None] - 1.0)
+            dec = tau_req[lo:hi][:, cols] * (n - 1.0)
         else:
             dec = (tau_req[lo:hi][:, cols] * self.iters[lo:hi, None]
                    + np.where(pmach[lo:hi][:, cols] == dmach[lo:hi][:, cols], 0.0, self.xfer[lo:hi, None]))
-        lb = {"ttft": ttft, "tbt": dec / self.n[lo:hi, None], "e2e": ttft + dec}
+        lb = {"ttft": ttft, "tbt": dec / n, "e2e": ttft + dec}
+        if ends is not None:
+            started = start <= now
+            ttft_now = start + pq.bdur[lead, c] - arrival
+            e2e = np.maximum(lb["e2e"], ends - arrival)
+            lb = {"ttft": np.where(started, ttft_now, ttft), "e2e": e2e,
+                  "tbt": np.where(started, np.maximum(lb["tbt"], (e2e - ttft_now) / n), lb["tbt"])}
         for k, (metric, ref, limit, _) in enumerate(self.verdict.slos):
             v = lb[metric] if ref is None else lb[metric] / ref[lo:hi, None]
             self.broken[k, cols] += (v >= limit).sum(axis=0)
@@ -1166,9 +1177,13 @@ class _Run:
         views()
         for i in range(N):
             t = self.a[i]
-            if tau_req is not None and i - checked >= _CHECK:
-                hopeless = self._hopeless(checked, i, pq, act, tau_req)
-                checked = i
+            if tau_req is not None and i - checked >= 2 * _CHECK:
+                # the verdict reads the requests of a window ago, by then mostly done: their last tokens as
+                # they stand (recorded now; the final ones overwrite them) bound their E2E and TBT closely
+                hi = i - _CHECK
+                record(slice(None), (dreq >= checked) & (dreq < hi))
+                hopeless = self._hopeless(checked, hi, pq, act, tau_req, ends=done[checked:hi][:, act], now=t)
+                checked = hi
                 if np.count_nonzero(hopeless):
                     failed[act[hopeless]] = True
                     stop[act[hopeless]] = i
