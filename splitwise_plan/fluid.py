@@ -62,6 +62,7 @@ _MAX_PASS = 512             # designs in a pass at most: by then they share the 
 _DECODE_SLOTS = 16      # decodes tracked per baseline machine at first (doubled whenever all are busy)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 _CHECK = 256            # requests between two verdict checks
+_LAG = 128              # and how many requests later a baseline's are checked (see baseline)
 _POPCOUNT = getattr(np, "bitwise_count", None)   # numpy >= 2.0: counts decode slots fast (see _count)
 _REFERENCE_ONLY = ("max_batch_size", "max_preemptions", "flow_retry_s")   # scheduler fields it does not model
 _RUN_WINDOW = 32        # buckets ahead (8 s) searched for the end of a decode run (a multiple of _BLOCK)
@@ -257,7 +258,7 @@ class _Run:
         return int(min(_RING, _BLOCK * math.ceil(buckets / _BLOCK)))
 
     def _hopeless(self, lo: int, hi: int, pq, cols, tau_req, pmach=None, dmach=None, ends=None,
-                  now: float = 0.0) -> np.ndarray:
+                  now: float = 0.0, waiting=None) -> np.ndarray:
         """Columns among ``cols`` whose SLOs of ``self.verdict`` can no longer all hold, given requests lo..hi.
 
         Lower bounds of each request's latencies, which the rest of the run only lengthens:
@@ -267,11 +268,17 @@ class _Run:
         at ``tau_req`` from the end of its prompt batch, and no transfer). A baseline also
         gives its decodes' last tokens as they stand ``now`` (``ends``, requests x ``cols``):
         final once ended, and later prompt batches only delay one still running; where a
-        request's prompt batch has started by ``now``, its TTFT is final too.
+        request's prompt batch has started by ``now``, its TTFT is final too. A Splitwise design
+        gives ``waiting`` (the flat mask of its machines whose last batch waits for a decode run
+        to end, and its machines a row): such a batch may yet be pulled earlier.
         """
         c = cols[None, :]
         lead = pq.rb[lo:hi][:, cols]
         start = pq.bstart[lead, c]
+        if waiting is not None:   # a long prompt waiting for a decode run to end may yet start sooner (pull), not before now
+            f = np.arange(cols.size)[None, :] * waiting[1] + pmach[lo:hi][:, cols]
+            movable = waiting[0].take(f) & (pq.ob_id_f.take(f) == lead)
+            start = np.where(movable, np.minimum(start, now), start)
         arrival, n = self.a[lo:hi, None], self.n[lo:hi, None]
         ttft = start - arrival + self.least_prompt.take(self.poff[cols][None, :] + self.s[lo:hi].astype(np.int64)[:, None])
         if pmach is None:
@@ -779,7 +786,8 @@ class _Run:
         one_token_l = (self.n <= 1).tolist()
         for i in range(N):
             if self.verdict is not None and i - checked >= _CHECK:
-                gone = self._hopeless(checked, i, pq, act, tau_req, pmach, dmach) & ~dying
+                gone = self._hopeless(checked, i, pq, act, tau_req, pmach, dmach, now=arrival[i],
+                                      waiting=(waiting, M) if any_waiting else None) & ~dying
                 checked = i
                 if np.count_nonzero(gone):
                     halt(gone)
@@ -1177,10 +1185,10 @@ class _Run:
         views()
         for i in range(N):
             t = self.a[i]
-            if tau_req is not None and i - checked >= 2 * _CHECK:
-                # the verdict reads the requests of a window ago, by then mostly done: their last tokens as
-                # they stand (recorded now; the final ones overwrite them) bound their E2E and TBT closely
-                hi = i - _CHECK
+            if tau_req is not None and i - checked >= _CHECK + _LAG:
+                # the verdict reads its requests _LAG later, by then mostly done: their last tokens as they
+                # stand (recorded now; the final ones overwrite them) bound their E2E and TBT closely
+                hi = i - _LAG
                 record(slice(None), (dreq >= checked) & (dreq < hi))
                 hopeless = self._hopeless(checked, hi, pq, act, tau_req, ends=done[checked:hi][:, act], now=t)
                 checked = hi
