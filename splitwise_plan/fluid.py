@@ -62,7 +62,7 @@ _MAX_PASS = 512             # designs in a pass at most: by then they share the 
 _DECODE_SLOTS = 16      # decodes tracked per baseline machine at first (doubled whenever all are busy)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 _CHECK = 256            # requests between two verdict checks
-_LAG = 128              # and how many requests after their window they are checked: most have started, or ended
+_LAG = 128              # and how many requests later a baseline's are checked (see baseline)
 _POPCOUNT = getattr(np, "bitwise_count", None)   # numpy >= 2.0: counts decode slots fast (see _count)
 _REFERENCE_ONLY = ("max_batch_size", "max_preemptions", "flow_retry_s")   # scheduler fields it does not model
 _RUN_WINDOW = 32        # buckets ahead (8 s) searched for the end of a decode run (a multiple of _BLOCK)
@@ -257,43 +257,42 @@ class _Run:
             return _RING
         return int(min(_RING, _BLOCK * math.ceil(buckets / _BLOCK)))
 
-    def _hopeless(self, lo: int, hi: int, pq, cols, tau_req, now: float, pmach=None, dmach=None, ends=None,
-                  waiting=None) -> np.ndarray:
+    def _hopeless(self, lo: int, hi: int, pq, cols, tau_req, pmach=None, dmach=None, ends=None,
+                  now: float = 0.0, waiting=None) -> np.ndarray:
         """Columns among ``cols`` whose SLOs of ``self.verdict`` can no longer all hold, given requests lo..hi.
 
         Lower bounds of each request's latencies, which the rest of the run only lengthens:
-        TTFT from its batch start plus the least time of its own prompt, and its batch's end
-        where the batch has started by ``now`` (requests join only batches not yet started);
+        TTFT from its batch start (fixed once set) plus the least time of its own prompt;
         TBT and E2E add the KV transfer (unless the prompt and token machines are one) and
         its undelayed decode iterations (a baseline's, with no machines given: ``output - 1``
         at ``tau_req`` from the end of its prompt batch, and no transfer). A baseline also
         gives its decodes' last tokens as they stand ``now`` (``ends``, requests x ``cols``):
-        final once made, and later prompt batches only delay one still running. A Splitwise
-        design gives ``waiting`` (the flat mask of its machines whose last batch waits for a
-        decode run to end, and its machines a row): such a batch may yet be pulled earlier,
-        to no sooner than now.
+        final once ended, and later prompt batches only delay one still running; where a
+        request's prompt batch has started by ``now``, its TTFT is final too. A Splitwise design
+        gives ``waiting`` (the flat mask of its machines whose last batch waits for a decode run
+        to end, and its machines a row): such a batch may yet be pulled earlier.
         """
         c = cols[None, :]
         lead = pq.rb[lo:hi][:, cols]
         start = pq.bstart[lead, c]
-        if waiting is not None:
+        if waiting is not None:   # a long prompt waiting for a decode run to end may yet start sooner (pull), not before now
             f = np.arange(cols.size)[None, :] * waiting[1] + pmach[lo:hi][:, cols]
             movable = waiting[0].take(f) & (pq.ob_id_f.take(f) == lead)
             start = np.where(movable, np.minimum(start, now), start)
         arrival, n = self.a[lo:hi, None], self.n[lo:hi, None]
-        started = start <= now
-        ttft_now = start + pq.bdur[lead, c] - arrival   # final where started (at least that where pulled)
-        ttft = np.where(started, ttft_now, start - arrival + self.least_prompt.take(
-            self.poff[cols][None, :] + self.s[lo:hi].astype(np.int64)[:, None]))
+        ttft = start - arrival + self.least_prompt.take(self.poff[cols][None, :] + self.s[lo:hi].astype(np.int64)[:, None])
         if pmach is None:
             dec = tau_req[lo:hi][:, cols] * (n - 1.0)
         else:
             dec = (tau_req[lo:hi][:, cols] * self.iters[lo:hi, None]
                    + np.where(pmach[lo:hi][:, cols] == dmach[lo:hi][:, cols], 0.0, self.xfer[lo:hi, None]))
         lb = {"ttft": ttft, "tbt": dec / n, "e2e": ttft + dec}
-        if ends is not None:   # (no batch of a baseline is pulled: ttft_now is final where started)
-            e2e = lb["e2e"] = np.maximum(lb["e2e"], ends - arrival)
-            lb["tbt"] = np.where(started, np.maximum(lb["tbt"], (e2e - ttft_now) / n), lb["tbt"])
+        if ends is not None:
+            started = start <= now
+            ttft_now = start + pq.bdur[lead, c] - arrival
+            e2e = np.maximum(lb["e2e"], ends - arrival)
+            lb = {"ttft": np.where(started, ttft_now, ttft), "e2e": e2e,
+                  "tbt": np.where(started, np.maximum(lb["tbt"], (e2e - ttft_now) / n), lb["tbt"])}
         for k, (metric, ref, limit, _) in enumerate(self.verdict.slos):
             v = lb[metric] if ref is None else lb[metric] / ref[lo:hi, None]
             self.broken[k, cols] += (v >= limit).sum(axis=0)
@@ -786,11 +785,12 @@ class _Run:
         arrival, held, iters_l, join_l, xfer_l = (x.tolist() for x in (self.a, self.mem, self.iters, self.u, self.xfer))
         one_token_l = (self.n <= 1).tolist()
         for i in range(N):
-            if self.verdict is not None and i - checked >= _CHECK + _LAG:
-                hi = i - _LAG   # (read _LAG requests later: most of their prompt batches have started, their TTFT final)
-                gone = self._hopeless(checked, hi, pq, act, tau_req, arrival[i], pmach, dmach,
+            # (the bounds as each request is routed: a closer reading stops narrow failures sooner, and the
+            # planner's walk down then loses the near misses it tries; tests/test_planner.py, near misses)
+            if self.verdict is not None and i - checked >= _CHECK:
+                gone = self._hopeless(checked, i, pq, act, tau_req, pmach, dmach, now=arrival[i],
                                       waiting=(waiting, M) if any_waiting else None) & ~dying
-                checked = hi
+                checked = i
                 if np.count_nonzero(gone):
                     halt(gone)
                     failed[act[gone]] = True
@@ -1192,7 +1192,7 @@ class _Run:
                 # stand (recorded now; the final ones overwrite them) bound their E2E and TBT closely
                 hi = i - _LAG
                 record(slice(None), (dreq >= checked) & (dreq < hi))
-                hopeless = self._hopeless(checked, hi, pq, act, tau_req, t, ends=done[checked:hi][:, act])
+                hopeless = self._hopeless(checked, hi, pq, act, tau_req, ends=done[checked:hi][:, act], now=t)
                 checked = hi
                 if np.count_nonzero(hopeless):
                     failed[act[hopeless]] = True

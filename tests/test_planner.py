@@ -104,6 +104,15 @@ def test_the_answer_steps_down_to_a_cheaper_point_the_search_failed_and_the_orac
     assert all(r["cost"] <= confirm[(55, 6)]["cost"] for r in tried)
 
 
+def test_the_search_leaves_the_walk_its_near_misses_to_step_down_to():
+    # The walk down tries the neighbours the fluid search ran to the end and failed narrowly. An early
+    # verdict that stopped such narrow failures too would leave it nothing to try: reading Splitwise
+    # TTFTs at their batches' ends (tried on 2026-12-03) stopped HH 13+9 here at 3,200 of 4,117
+    # requests (the search fails it, the oracle holds it), and the plan answered 12+11, 4.5% dearer.
+    hh = plan(goal="min-cost", rps=70, workload="conversation", duration=60, designs="HH", jobs=1).get("HH")
+    assert (hh.status, hh.prompt, hh.token) == ("ok", 13, 9) and hh.cost == pytest.approx(104.72)
+
+
 def test_the_answer_steps_down_past_points_the_search_failed_far_off():
     # Llama2-70B at TP2 with a few A100 token machines: the fluid search fails Splitwise-HA 7+6
     # by far more than its usual error (borrowing runs away in the fluid model), and answers a
