@@ -112,8 +112,7 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
     # a request whose KV cache exceeds the free HBM of every machine of a design never runs there (as in the
     # oracle and the reference): it holds no machine, no memory and no queue; it is unfinished, and the design
     # is flagged oom. Designs of one KV room share their passes over the requests they can hold
-    mem = float(first.model.kv_bytes_per_token) * (np.asarray(stream.prompt_tokens, dtype=np.float64)
-                                                   + np.asarray(stream.output_tokens, dtype=np.float64))
+    mem = first.kv_bytes(np.asarray(stream.prompt_tokens, dtype=np.float64) + stream.output_tokens)
     rooms = np.array([c.kv_room for c in clusters])
     if np.count_nonzero(mem > rooms.min()) == 0:
         return _passes(clusters, stream, None, overload_s, verdict)
@@ -269,15 +268,15 @@ class _Run:
         gives its decodes' last tokens as they stand ``now`` (``ends``, requests x ``cols``):
         final once ended, and later prompt batches only delay one still running; where a
         request's prompt batch has started by ``now``, its TTFT is final too. A Splitwise design
-        gives ``waiting`` (the flat mask of its machines whose last batch waits for a decode run
-        to end, and its machines a row): such a batch may yet be pulled earlier.
+        gives ``waiting`` (the flat mask of its machines, a row of them a design, whose last batch
+        waits for a decode run to end): such a batch may yet be pulled earlier, though not before now.
         """
         c = cols[None, :]
         lead = pq.rb[lo:hi][:, cols]
         start = pq.bstart[lead, c]
-        if waiting is not None:   # a long prompt waiting for a decode run to end may yet start sooner (pull), not before now
-            f = np.arange(cols.size)[None, :] * waiting[1] + pmach[lo:hi][:, cols]
-            movable = waiting[0].take(f) & (pq.ob_id_f.take(f) == lead)
+        if waiting is not None:
+            row, j = np.arange(cols.size)[None, :], pmach[lo:hi][:, cols]
+            movable = waiting.reshape(cols.size, -1)[row, j] & (pq.ob_id[row, j] == lead)
             start = np.where(movable, np.minimum(start, now), start)
         arrival, n = self.a[lo:hi, None], self.n[lo:hi, None]
         ttft = start - arrival + self.least_prompt.take(self.poff[cols][None, :] + self.s[lo:hi].astype(np.int64)[:, None])
@@ -789,7 +788,7 @@ class _Run:
             # planner's walk down then loses the near misses it tries; tests/test_planner.py, near misses)
             if self.verdict is not None and i - checked >= _CHECK:
                 gone = self._hopeless(checked, i, pq, act, tau_req, pmach, dmach, now=arrival[i],
-                                      waiting=(waiting, M) if any_waiting else None) & ~dying
+                                      waiting=waiting if any_waiting else None) & ~dying
                 checked = i
                 if np.count_nonzero(gone):
                     halt(gone)
