@@ -326,7 +326,7 @@ class _Run:
     def splitwise(self) -> FluidOutcome:
         """Prompt and token pools with the reference's cluster-level rules, machine by machine.
 
-        Columns are machines: the prompt pool first (``Cp``), then the token pool. Each
+        Columns are machines: each design's prompt pool first, then its token pool. Each
         machine has a role (prompt pool, token pool or mixed pool), booked KV memory and
         booked decodes, released through a ring of time buckets. A prompt goes to the
         prompt pool's least-loaded machine unless its queue is long, then to the mixed
@@ -340,13 +340,12 @@ class _Run:
         """
         D, N = self.D, len(self.a)
         cfg = self.cfg
-        Cp, Ct = self.C, int(self.ct.max())
-        M = Cp + Ct
+        M = int(self.machines.max())            # each design's machines, the pass's widest
         pq = _PromptQueues(self, M)
         rows, W, act = pq.rows, pq.W, pq.cols   # designs still simulated (all but the overloaded)
         col = np.arange(M)[None, :]
-        on_token_col = col >= Cp
-        exists = np.where(on_token_col, (col - Cp) < self.ct[:, None], col < self.cp[:, None])
+        on_token_col = col >= self.cp[:, None]  # (and the columns past its machines: absent)
+        exists = col < self.machines[:, None]
         home = np.where(on_token_col, _TOKEN, _PROMPT) + np.zeros((D, 1), dtype=np.int8)
         role = np.where(exists, home, _ABSENT).astype(np.int8)
         cap = np.where(on_token_col, self.cap_t[:, None], self.cap_p[:, None])   # KV bytes each machine holds
@@ -416,7 +415,7 @@ class _Run:
         dying = np.zeros(D, dtype=bool)
         ttab, K = self.ttab, self.K             # token time by (hardware, on a token machine?, batch size)
         # each machine's row of it (each design's pair, on a token machine or not), flat
-        tofs = (self.toff[:, None] + (col >= Cp) * K).ravel()
+        tofs = (self.toff[:, None] + on_token_col * K).ravel()
         ttab_next = ttab[1:]                    # at one decode more: ttab_next.take(x) is ttab.take(x + 1)
         DM = D * M                              # machines of the rings (they keep every design's rows)
         ring_off = None                         # once designs are dropped: each row's offset to its rows of the rings
@@ -672,7 +671,9 @@ class _Run:
 
         def bank(rows, seen):
             """Add the busy samples ``seen`` of ``rows`` to their designs' busy seconds, by pool."""
-            busy_s[act[rows]] += np.stack([seen[:, :Cp].sum(axis=1), seen[:, Cp:].sum(axis=1)], axis=1) * _RING_S
+            on_token = home[rows] == _TOKEN     # (a design's columns past its machines hold no samples)
+            by_pool = [(seen * ~on_token).sum(axis=1), (seen * on_token).sum(axis=1)]
+            busy_s[act[rows]] += np.stack(by_pool, axis=1) * _RING_S
 
         def flush_busy():
             """Bank the busy samples of the designs still going (a stopped one's were banked as it stopped)."""
@@ -906,7 +907,7 @@ class _Run:
             apart = pj != tj                        # the KV cache moves from the prompt to the token machine
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
             d_p = ndec_f[fp]
-            tok_p = pj >= Cp if self.other_hw else None   # (only _batch_cost's other hardware needs it)
+            tok_p = pj >= self.cp.take(act) if self.other_hw else None   # (only _batch_cost's other hardware needs it)
             if np.count_nonzero(d_p):
                 tau_p = ttab.take(tofs.take(fp) + np.minimum(d_p, _MAX_DECODES).astype(np.int64))
                 h = ((d_p > 0) & (W_f[fp] <= t)).nonzero()[0]   # an idle machine that is decoding
@@ -1033,12 +1034,8 @@ class _Run:
                 # a machine's stretch of the decode-wait axis holds its batches and any decode's end
                 prompts_end = max(float(np.max(bstart_c[k, :n] + bdur_c[k, :n])), 0.0)
                 span = 2.0 * prompts_end + max(float(np.nanmax(out_c[k, :n])), 0.0) + 10.0
-                pm, dm = pm_c[k, :n], dm_c[k, :n]
-                shift = Cp - int(self.cp[d])    # its token machines after its own prompt machines, not the pass's
-                if shift:
-                    pm, dm = (np.where(x >= Cp, x - shift, x) for x in (pm, dm))
                 waits = _MachineBusy(*(x[k, :n, None] for x in (bstart_c, bdur_c, bcred_c, lead_c)),
-                                     int(self.machines[d]), pm[:, None], dm[:, None], span)
+                                     int(self.machines[d]), pm_c[k, :n, None], dm_c[k, :n, None], span)
                 out_c[k, :n] += waits.delays(t1[:n, None], base[:n, None])[:, 0] * decoding[:n]
             alone[:, cols] = out_c.T
         del pmach, dmach, tau_req

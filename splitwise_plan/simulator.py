@@ -208,6 +208,15 @@ def _check_method(method) -> str:
     return method.lower()
 
 
+def _pass_order(clusters, stop_early: bool) -> list[int]:
+    """The order in which the fluid model's passes take ``clusters`` (indices). Run to the end,
+    narrowest first (fewest model instances; stable): a pass's arrays are as wide as its widest
+    design, so passes of alike width cost less (the 39x39 grid: 0.89x). Stopping early, as given:
+    neighbours in a grid stop alike, and a pass whose designs have all stopped ends (sorted: 1.09x)."""
+    order = list(range(len(clusters)))
+    return order if stop_early else sorted(order, key=lambda i: clusters[i].n_instances)
+
+
 def _point(pt, least: int, most: int, shape: str) -> tuple:
     """A design point as a tuple of ``least`` to ``most`` items, else a user error showing its ``shape``."""
     try:
@@ -363,9 +372,10 @@ class Simulator:
         """Simulate many (prompt, token) machine counts of one design; the fluid method batches them.
 
         ``jobs > 1`` spreads the points over that many worker processes (joblib): parts of one
-        fluid pass each (a run of consecutive points, dealt out in turn, so the parts cost
-        alike; neighbours in a grid die alike, and a pass whose designs are all overloaded ends
-        early), taken up by whichever worker is free; ``progress(n)`` is told as each part of
+        fluid pass each, taken up by whichever worker is free (run to the end: the passes of
+        ``_pass_order``, narrowest first; stopping early: a run of consecutive points dealt
+        out in turn, so the parts cost alike, as neighbours in a grid stop alike and a pass
+        whose designs have all stopped ends); ``progress(n)`` is told as each part of
         ``n`` points is done (in one process: each fluid pass, each oracle run), and
         ``on_results(results)`` is given that part's results (to keep them as they come).
         """
@@ -378,12 +388,15 @@ class Simulator:
         if jobs > 1 and len(points) > 1:
             from joblib import Parallel, delayed
             from .fluid import pass_size
-            run = (pass_size(len(points), len(self.stream), jobs, max(c.n_instances for c in clusters)) * jobs
-                   if method == "fluid" else jobs)
-            parts = []
-            for lo in range(0, len(points), run):
-                block = list(range(lo, min(lo + run, len(points))))
-                parts += [block[k::jobs] for k in range(jobs) if block[k::jobs]]
+            size = pass_size(len(points), len(self.stream), jobs, max(c.n_instances for c in clusters))
+            if method == "fluid" and not self.stop_early:   # the passes, narrowest first
+                order = _pass_order(clusters, stop_early=False)
+                parts = [order[lo:lo + size] for lo in range(0, len(points), size)]
+            else:   # runs of consecutive points, dealt out in turn
+                run, parts = (size * jobs if method == "fluid" else jobs), []
+                for lo in range(0, len(points), run):
+                    block = list(range(lo, min(lo + run, len(points))))
+                    parts += [block[k::jobs] for k in range(jobs) if block[k::jobs]]
             worker = copy.copy(self)
             worker.profiles = None     # the design's latency models are built: workers need no profile table
             with starting_workers():   # (a generator: the call starts them and returns)
@@ -484,12 +497,15 @@ class Simulator:
     def _fluid(self, clusters, progress=None, on_results=None) -> list[SimulationResult]:
         """Clusters of one kind (Splitwise or baseline) through the fluid model, a pass at a time."""
         from .fluid import pass_size
-        results = []
+        results: list = [None] * len(clusters)
         size = pass_size(len(clusters), len(self.stream), machines=max(c.n_instances for c in clusters))
+        order = _pass_order(clusters, self.stop_early)
         for lo in range(0, len(clusters), size):   # per pass: per-request arrays never pile up
-            part = clusters[lo:lo + size]
+            idx = order[lo:lo + size]
+            part = [clusters[i] for i in idx]
             ttft, e2e, util, oom, over, failed = self._simulate(part, "fluid")
-            results += self._parts_done(part, ttft, e2e, util, oom, over, "fluid", failed, progress, on_results)
+            for i, r in zip(idx, self._parts_done(part, ttft, e2e, util, oom, over, "fluid", failed, progress, on_results)):
+                results[i] = r
         return results
 
     def _parts_done(self, part, ttft, e2e, util, oom, over, method, failed, progress, on_results) -> list:

@@ -445,6 +445,30 @@ def test_a_parallel_sweep_gives_the_serial_results_and_reports_every_point(monke
     assert sum(done) == len(points) and len(done) == 4   # 12 points: 3 passes of 4 at most, made 4 for 2 workers
 
 
+def test_fluid_passes_take_designs_of_alike_width_and_each_point_gets_its_own_result(monkeypatch):
+    # run to the end, the passes take the designs narrowest first (a pass's arrays are as wide as its
+    # widest design); whatever the order the points come in, each gets the result it gets alone
+    from splitwise_plan import fluid
+    monkeypatch.setattr(fluid, "_MAX_PASS", 4)
+    widths = []
+    real = fluid.simulate_fluid
+    monkeypatch.setattr(fluid, "simulate_fluid", lambda cl, *a: widths.append([c.n_instances for c in cl]) or real(cl, *a))
+    stream = load_workload("coding").generate(10.0, duration_s=10.0, seed=0)
+    sim = Simulator(stream)
+    points = [(6, 1), (2, 2), (5, 3), (2, 1), (4, 4), (3, 1), (6, 3), (2, 3), (4, 1), (3, 3), (5, 2), (3, 2)]
+    res = sim.run_many("HH", points)
+    assert [w for part in widths for w in part] == sorted(p + t for p, t in points) and len(widths) == 3
+    assert [(r.prompt_machines, r.token_machines) for r in res] == points
+    for pt, r in zip(points, res):
+        alone = sim.run("HH", *pt)
+        assert (r.slo_met, r.completed) == (alone.slo_met, alone.completed)
+        for metric, pcts in alone.latency_s.items():
+            assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
+    widths.clear()   # stopping early, the points as given: neighbours in a grid stop alike
+    Simulator(stream, stop_early=True).run_many("HH", points)
+    assert [w for part in widths for w in part] == [p + t for p, t in points]
+
+
 @pytest.mark.parametrize("n_designs, n_requests, jobs, machines", [
     (1521, 8502, 1, 78), (1521, 8502, 2, 78), (254, 8502, 1, 0), (3, 8502, 2, 0), (600, 42000, 2, 40),
     (40, 2_000_000, 1, 0), (513, 10, 1, 0), (121, 700, 1, 20_020), (400, 8502, 2, 2_000)])
