@@ -583,8 +583,8 @@ def sweep_cmd(
     transfer: str = opt_transfer(ADV),
     bandwidth: float = opt_bandwidth(ADV),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=(
-        "Worker processes (default: one per core when the grid is worth it and memory allows; "
-        "0: one per core; 1: this process only).")),
+        "Processes that simulate, this one and its workers (default: one per core when the grid is "
+        "worth it and memory allows; 0: one per core; 1: this process only).")),
     stop_early: bool = typer.Option(False, "--stop-early", help=(
         "Stop a design once an SLO can no longer hold: same verdicts and passing rows, faster; "
         "failing rows then count their unfinished requests as +inf.")),

@@ -217,6 +217,54 @@ def _pass_order(clusters, stop_early: bool) -> list[int]:
     return order if stop_early else sorted(order, key=lambda i: clusters[i].n_instances)
 
 
+def _share(parts: list, run_here, submit, procs: int, report) -> None:
+    """Run ``parts`` in this process and ``procs - 1`` worker processes, and ``report(part, results)`` here as
+    each is done.
+
+    This process works too, not waiting idle for its workers: one process fewer to start and to
+    hold (the 39x39 sweep on 2 cores: 0.94-0.95x the wall time, 6-8% less peak memory). The
+    parts are dealt out there and back (this process, the workers, the workers again, this
+    process...): the costliest first pass and the cheapest last go to the process that starts
+    at once. ``submit(executor, part)`` gives a worker its part. A stop (Ctrl-C, an error) first
+    reports the parts the workers have finished, so that they are kept, then ends the workers.
+    """
+    if procs <= 1:
+        for part in parts:
+            report(part, run_here(part))
+        return
+    from joblib.externals.loky import get_reusable_executor
+    turn = [k % (2 * procs) for k in range(len(parts))]
+    turn = [k if k < procs else 2 * procs - 1 - k for k in turn]   # 0: this process
+    with starting_workers():   # (the submits start them)
+        executor = get_reusable_executor(max_workers=procs - 1)
+        theirs = [(part, submit(executor, part)) for part, k in zip(parts, turn) if k]
+
+    def collect(wait: bool) -> None:
+        for entry in list(theirs):
+            if wait or entry[1].done():
+                out = entry[1].result()
+                theirs.remove(entry)   # (before its report: a stop during it does not report it twice)
+                report(entry[0], out)
+
+    try:
+        for part, k in zip(parts, turn):
+            if not k:
+                report(part, run_here(part))
+                collect(wait=False)
+        collect(wait=True)
+    except BaseException:
+        for part, job in theirs:   # keep what the workers have finished
+            if job.done() and not job.cancelled() and job.exception() is None:
+                report(part, job.result())
+            else:
+                job.cancel()
+        try:
+            executor.shutdown(wait=False, kill_workers=True)
+        except Exception:   # (workers a stop signal has ended already)
+            pass
+        raise
+
+
 def _point(pt, least: int, most: int, shape: str) -> tuple:
     """A design point as a tuple of ``least`` to ``most`` items, else a user error showing its ``shape``."""
     try:
@@ -371,13 +419,13 @@ class Simulator:
                  on_results=None) -> list[SimulationResult]:
         """Simulate many (prompt, token) machine counts of one design; the fluid method batches them.
 
-        ``jobs > 1`` spreads the points over that many worker processes (joblib): parts of one
-        fluid pass each, taken up by whichever worker is free (run to the end: the passes of
-        ``_pass_order``, narrowest first; stopping early: a run of consecutive points dealt
-        out in turn, so the parts cost alike, as neighbours in a grid stop alike and a pass
-        whose designs have all stopped ends); ``progress(n)`` is told as each part of
-        ``n`` points is done (in one process: each fluid pass, each oracle run), and
-        ``on_results(results)`` is given that part's results (to keep them as they come).
+        ``jobs > 1`` spreads the points over that many processes, this one and ``jobs - 1`` workers
+        (``_share``): parts of one fluid pass each (run to the end: the passes of ``_pass_order``,
+        narrowest first; stopping early: a run of consecutive points dealt out in turn, so the
+        parts cost alike, as neighbours in a grid stop alike and a pass whose designs have all
+        stopped ends); ``progress(n)`` is told as each part of ``n`` points is done (in one
+        process: each fluid pass, each oracle run), and ``on_results(results)`` is given that
+        part's results (to keep them as they come).
         """
         method = self.method if method is None else _check_method(method)
         jobs = whole_number(jobs, "jobs", 1)
@@ -386,7 +434,6 @@ class Simulator:
         if not clusters:
             return []
         if jobs > 1 and len(points) > 1:
-            from joblib import Parallel, delayed
             from .fluid import pass_size
             size = pass_size(len(points), len(self.stream), jobs, max(c.n_instances for c in clusters))
             if method == "fluid" and not self.stop_early:   # the passes, narrowest first
@@ -399,28 +446,31 @@ class Simulator:
                     parts += [block[k::jobs] for k in range(jobs) if block[k::jobs]]
             worker = copy.copy(self)
             worker.profiles = None     # the design's latency models are built: workers need no profile table
-            with starting_workers():   # (a generator: the call starts them and returns)
-                outs = Parallel(n_jobs=min(jobs, len(parts)), return_as="generator")(
-                    delayed(worker.run_many)(design, [points[i] for i in idx], method) for idx in parts)
             merged: list = [None] * len(points)
-            for idx, out in zip(parts, outs):
+
+            def report(idx, out) -> None:
                 for i, r in zip(idx, out):
                     merged[i] = r
                 if on_results is not None:
                     on_results(out)
                 if progress is not None:
                     progress(len(idx))
+
+            _share(parts, lambda idx: self.run_many(design, [points[i] for i in idx], method),
+                   lambda ex, idx: ex.submit(worker.run_many, design, [points[i] for i in idx], method),
+                   min(jobs, len(parts)), report)
             return merged
         if method == "events":
             return self._events(clusters, progress, on_results)
         return self._fluid(clusters, progress, on_results)
 
     def default_jobs(self, n_points: int, method: str | None = None, design: str | Design | None = None) -> int:
-        """Worker processes a ``run_many`` of ``n_points`` (of ``design``, if named) is worth when the caller names none.
+        """The ``jobs`` (processes, this one among them) a ``run_many`` of ``n_points`` (of ``design``, if named)
+        is worth when the caller names none.
 
         One per core, no more than the free memory holds (a fluid pass and a Python each), and
-        none where splitting the work saves less than starting the workers costs (a baseline's
-        point costs the fluid model several times a Splitwise one's).
+        one (no workers) where splitting the work saves less than starting the workers costs (a
+        baseline's point costs the fluid model several times a Splitwise one's).
         """
         from .fluid import PASS_MEMORY
         method = self.method if method is None else _check_method(method)

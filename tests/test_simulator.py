@@ -444,6 +444,62 @@ def test_a_parallel_sweep_gives_the_serial_results_and_reports_every_point(monke
     assert [flat(r) for r in par] == [pytest.approx(flat(r), rel=1e-9) for r in ser]
     assert sum(done) == len(points) and len(done) == 4   # 12 points: 3 passes of 4 at most, made 4 for 2 workers
 
+class _InlineWorkers:
+    """A stand-in for loky's executor: each part submitted is run at once (as a worker that is done)."""
+
+    def __init__(self) -> None:
+        self.killed = False
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+        job = Future()
+        job.set_result(fn(*args))
+        return job
+
+    def shutdown(self, wait=True, kill_workers=False):
+        self.killed = kill_workers
+
+
+@pytest.mark.parametrize("stop", [False, True])
+def test_a_parallel_run_works_here_too_and_a_stop_keeps_what_the_workers_finished(monkeypatch, stop):
+    # the calling process takes the first pass (the narrowest, which costs most) and the last, its worker
+    # the two between; a Ctrl-C during this process's first pass still reports the parts the worker has
+    # finished (a sweep keeps them in its checkpoint), then ends the workers
+    from joblib.externals import loky
+
+    from splitwise_plan import fluid
+    monkeypatch.setattr(fluid, "_MAX_PASS", 3)
+    workers = _InlineWorkers()
+    monkeypatch.setattr(loky, "get_reusable_executor", lambda max_workers: workers)
+    ran = []
+    real = Simulator._fluid
+
+    def fluid_pass(self, clusters, *args):
+        here = self.profiles is not None   # a worker's copy of the simulator has no profile table
+        ran.append(("here" if here else "worker", [(c.prompt.instances, c.token.instances) for c in clusters]))
+        if stop and here:
+            raise KeyboardInterrupt
+        return real(self, clusters, *args)
+
+    monkeypatch.setattr(Simulator, "_fluid", fluid_pass)
+    sim = Simulator(load_workload("coding").generate(10.0, duration_s=10.0, seed=0))
+    points = [(p, 1) for p in range(2, 14)]   # 12 points, 4 passes of 3, narrowest first
+    kept = []
+    if stop:
+        with pytest.raises(KeyboardInterrupt):
+            sim.run_many("HH", points, jobs=2, on_results=kept.append)
+    else:
+        kept = sim.run_many("HH", points, jobs=2, on_results=lambda out: None)
+    parts = [points[k:k + 3] for k in range(0, 12, 3)]
+    assert ran == [("worker", parts[1]), ("worker", parts[2]), ("here", parts[0])] + [("here", parts[3])] * (not stop)
+    if stop:
+        assert [[(r.prompt_machines, r.token_machines) for r in out] for out in kept] == [parts[1], parts[2]]
+        assert workers.killed
+    else:
+        assert [r.completed for r in kept] == [r.completed for r in sim.run_many("HH", points)]
+        assert not workers.killed
+
+
 
 def test_fluid_passes_take_designs_of_alike_width_and_each_point_gets_its_own_result(monkeypatch):
     # run to the end, the passes take the designs narrowest first (a pass's arrays are as wide as its
