@@ -9,7 +9,7 @@ default; about 40 s), then plans the reference's trace (the fluid search, answer
 by the oracle); compares the fluid model with the discrete-event oracle on 72 varied points
 per model and on 144 points near the Splitwise frontiers at 70 req/s (about 3 minutes);
 times batches of designs, the whole Splitwise-HH 39x39 grid, the Baseline-A100 line of 1..139
-machines and the Baseline-H100 line of 1..79, and the grid's sweep on 2 workers,
+machines and the Baseline-H100 line of 1..79, and the grid's sweep on 2 cores (this process and a worker),
 through the API and as a command, each three times with the median reported, with and
 without the early verdict (about 6 minutes). ``--scenarios`` also compares the fluid model
 with the oracle around the planner's answers in four other workload, model and rate
@@ -300,7 +300,7 @@ def speed(repeats: int = 3) -> None:
     the early verdict (a failing Splitwise design stops once an SLO can no longer hold).
 
     The machine is shared and noisy: batches and sweeps run ``repeats`` times and the median is
-    the figure; every sweep starts its worker processes afresh, as one ``sweep`` command does.
+    the figure; every sweep starts its worker process afresh, as one ``sweep`` command does.
     """
     from joblib.externals.loky import get_reusable_executor
     marks = np.array([host_yardstick() for _ in range(repeats)])
@@ -344,7 +344,7 @@ def speed(repeats: int = 3) -> None:
         ref = len(grid) * REF_SECONDS_PER_POINT
         print(f"[speed:{mode}] Splitwise-HH 39x39 sweep ({len(grid)} points, {sum(r.slo_met for r in res)} pass; "
               f"{sum(r.overloaded for r in res)} overloaded, {sum(r.stopped_early for r in res)} stopped by the "
-              f"verdict), 2 fresh workers: {wall:.1f} s wall, median of {_list(walls)} "
+              f"verdict), jobs=2 (this process and a fresh worker): {wall:.1f} s wall, median of {_list(walls)} "
               f"(target <= 10 s); reference ~{ref / 3600:.1f} CPU-hours: {ref / wall:,.0f}x")
         print(f"[speed:{mode}] peak memory of the sweeps, this process and its workers together (sampled every "
               f"20 ms): {peak:.0f} MiB, of which this benchmark held {before:.0f} MiB before that sweep began "
@@ -372,7 +372,7 @@ def command_sweep(repeats: int, early: bool) -> None:
             walls.append(time.perf_counter() - t0)
             cpus.append(_children_cpu() - c0)
             peak = max(peak, mem.peak_mib)
-    print(f"[speed:{mode}] the same sweep as a command (splitwise-plan sweep ... --csv FILE, its default workers: one per core), end to end: "
+    print(f"[speed:{mode}] the same sweep as a command (splitwise-plan sweep ... --csv FILE, its default: one process per core), end to end: "
           f"{float(np.median(walls)):.1f} s wall, median of {_list(walls)}, using {_list(cpus)} s of CPU (the command and "
           f"its workers; on this shared machine it grows with the load too); "
           f"peak {peak:.0f} MiB for the command and its workers (target <= 1024 MiB)")
