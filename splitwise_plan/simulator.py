@@ -222,7 +222,7 @@ def _share(parts: list, run_here, submit, procs: int, report) -> None:
     each is done.
 
     This process works too, not waiting idle for its workers: one process fewer to start and to
-    hold (the 39x39 sweep on 2 cores: 0.94-0.95x the wall time, 6-8% less peak memory). The
+    hold (the 39x39 sweep on 2 cores: 0.95x to 1.0x the wall time, 6-8% less peak memory). The
     parts are dealt out there and back (this process, the workers, the workers again, this
     process...): the costliest first pass and the cheapest last go to the process that starts
     at once. ``submit(executor, part)`` gives a worker its part. A stop (Ctrl-C, an error) first
