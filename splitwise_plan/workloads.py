@@ -105,6 +105,17 @@ class RequestStream:
         d = self.duration_s
         return len(self) / d if d > 0 else float("nan")
 
+    def burst(self, window_s: float = 10.0) -> float:
+        """How far the busiest ``window_s`` seconds outrun the mean rate: their arrivals over the mean's
+        (1.0 for a stream shorter than the window or too sparse to tell a burst from chance, where the
+        busiest window holds fewer than the mean plus 5 standard deviations of Poisson arrivals)."""
+        a = self.arrival_s
+        mean = self.rate * window_s
+        if not self.duration_s > window_s or not mean > 0:
+            return 1.0
+        peak = float((np.searchsorted(a, a + window_s, side="left") - np.arange(a.size)).max())
+        return peak / mean if peak >= mean + 5.0 * math.sqrt(mean) else 1.0
+
     def at_rate(self, rate: float) -> "RequestStream":
         """The same requests, their arrivals (and length) time-scaled so the mean rate is ``rate``: a
         trace replayed faster or slower, as the planner and ``check --headroom`` replay it."""

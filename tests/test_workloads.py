@@ -63,6 +63,19 @@ def test_generated_stream_rate_and_gaps(coding, seed):
     assert s.output_tokens.dtype == np.int64
 
 
+def test_a_burst_reads_as_its_busiest_ten_seconds_over_the_mean_and_chance_as_none():
+    # 100 s at one request a second, and 50 more in 40-50 s: 60 in the busiest 10 s, 15 on average (4x)
+    a = np.sort(np.concatenate([np.arange(100.0), 40.0 + np.arange(50) * 0.2]))
+    one = np.ones(a.size, dtype=np.int64)
+    assert RequestStream(a, one, one, horizon_s=100.0).burst() == pytest.approx(4.0)
+    # evenly spaced, or Poisson at any rate: no burst (chance alone reaches 1.3x at 10 req/s over 2 minutes)
+    assert RequestStream(np.arange(100.0), one[:100], one[:100], horizon_s=100.0).burst() == 1.0
+    for rate in (0.5, 10.0, 200.0):
+        assert load_workload("coding").generate(rate, duration_s=120.0, seed=1).burst() == 1.0
+    # shorter than the window: nothing to compare
+    assert RequestStream(a[:8], one[:8], one[:8]).burst() == 1.0
+
+
 def test_generated_sizes_follow_the_trace(coding, conversation):
     # Medians of 42,000 draws: within 3% of the trace medians (1469 / 1020 prompt tokens)
     # and within 1 token of the small output medians (13 / 129 within 3%).
