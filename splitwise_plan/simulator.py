@@ -40,10 +40,10 @@ _FLUID_BASELINE_S_PER_REQUEST = 3e-6   # and on a baseline, whose decodes it tra
 # spill onto borrowed prompt machines and the fluid model's borrowing can run away: it can read a Splitwise
 # design's SLOs 2-3x the discrete-event oracle's (README, "Known limits of the fluid model")
 FEW_CACHES = 20
-# Where a stream's busiest 10 s arrive at this many times its mean rate or more (the audit's bursty streams:
-# 2.4-9.0x; its Poisson ones, 10-200 req/s: 1.04-1.27x), the fluid model places the longest prompts of a
-# burst otherwise than the reference, and agrees on pass/fail near the frontiers less often (README,
-# "Known limits of the fluid model")
+# Where a stream's busiest 10 s arrive at this many times its mean rate or more (RequestStream.burst: the
+# audit's bursty streams read 2.4-9.0x; its Poisson ones, 10-200 req/s, peak at 1.04-1.27x, which it reads as
+# chance, 1.0), the fluid model places the longest prompts of a burst otherwise than the reference, and agrees
+# on pass/fail near the frontiers less often (README, "Known limits of the fluid model")
 BURST = 2.0
 
 
