@@ -346,7 +346,6 @@ class _Run:
         home = np.where(on_token_col, _TOKEN, _PROMPT) + np.zeros((D, 1), dtype=np.int8)
         role = np.where(exists, home, _ABSENT).astype(np.int8)
         cap = np.where(on_token_col, self.cap_t[:, None], self.cap_p[:, None])   # KV bytes each machine holds
-        first_token = self.cp.copy()            # each row's first token machine (its columns before it: prompt)
         least_room = float(cap[exists].min())   # a request above it may not fit on every machine
         smem = np.zeros((D, M))                 # booked KV bytes (the reference's sched_memory)
         ndec = np.zeros((D, M))                 # booked decodes
@@ -703,7 +702,7 @@ class _Run:
             """Drop the stopped designs (overloaded, or failed by the verdict) from the loop's arrays."""
             nonlocal D, rows, W, act, home, role, absent, smem, ndec, running, borrowed_at, decoded, ring_off
             nonlocal q_end, q_tok, pen_p, pen_t, pen_m, pkey, tkey, dying
-            nonlocal q_head, q_tail, q_next, ptok, cap, first_token, tofs, n_dying, busy, waiting
+            nonlocal q_head, q_tail, q_next, ptok, cap, tofs, n_dying, busy, waiting
             nonlocal recent, coming, quarter, tk, recent_buf, coming_buf, corr_buf, tk_buf
             keep = (~dying).nonzero()[0]
             recent_buf, coming_buf = (x.take(keep, axis=0) for x in (recent_buf, coming_buf))
@@ -723,7 +722,7 @@ class _Run:
                                                for x in (q_head, q_tail, q_next, waiting))
             q_head = (q_head & (R - 1)) + np.arange(q_head.size) * R   # the slots of the machines' new rows
             q_tail = (q_tail & (R - 1)) + np.arange(q_tail.size) * R
-            ptok, cap, first_token = ptok.take(keep, axis=0), cap.take(keep, axis=0), first_token.take(keep)
+            ptok, cap = ptok.take(keep, axis=0), cap.take(keep, axis=0)
             tk = tkey
             tofs = tofs.reshape(-1, M).take(keep, axis=0).ravel()
             dying = np.zeros(D, dtype=bool)
@@ -905,7 +904,7 @@ class _Run:
             apart = pj != tj                        # the KV cache moves from the prompt to the token machine
             # the prompt, on its machine's queue; it stops a running decode batch at the next iteration
             d_p = ndec_f[fp]
-            tok_p = pj >= first_token if self.other_hw else None   # (only _batch_cost's other hardware needs it)
+            tok_p = home.reshape(-1).take(fp) == _TOKEN if self.other_hw else None   # (only _batch_cost's other hardware needs it)
             if np.count_nonzero(d_p):
                 tau_p = ttab.take(tofs.take(fp) + np.minimum(d_p, _MAX_DECODES).astype(np.int64))
                 h = ((d_p > 0) & (W_f[fp] <= t)).nonzero()[0]   # an idle machine that is decoding

@@ -444,6 +444,7 @@ class Simulator:
         clusters = [self.cluster(design, *pt) for pt in points]
         if not clusters:
             return []
+        simulate = self._events if method == "events" else self._fluid
         if jobs > 1 and len(points) > 1:
             from .fluid import pass_size
             size = pass_size(len(points), len(self.stream), jobs, max(c.n_instances for c in clusters))
@@ -467,13 +468,11 @@ class Simulator:
                 if progress is not None:
                     progress(len(idx))
 
-            _share(parts, lambda idx: self.run_many(design, [points[i] for i in idx], method),
+            _share(parts, lambda idx: simulate([clusters[i] for i in idx]),
                    lambda ex, idx: ex.submit(worker.run_many, design, [points[i] for i in idx], method),
                    min(jobs, len(parts)), report)
             return merged
-        if method == "events":
-            return self._events(clusters, progress, on_results)
-        return self._fluid(clusters, progress, on_results)
+        return simulate(clusters, progress, on_results)
 
     def default_jobs(self, n_points: int, method: str | None = None, design: str | Design | None = None) -> int:
         """The ``jobs`` (processes, this one among them) a ``run_many`` of ``n_points`` (of ``design``, if named)
