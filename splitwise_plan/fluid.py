@@ -59,7 +59,8 @@ PASS_MEMORY = 400 * 2**20   # bytes a pass may hold: its arrays grow with design
 _REQUEST_BYTES = 100        # a pass's bytes per request and design at its peak (75-99 measured)
 _MACHINE_BYTES = 10 * _RING + 512   # and per machine and design at most: the rings, queues and counters
 _MAX_PASS = 512             # designs in a pass at most: by then they share the loop's per-request cost
-_DECODE_SLOTS = 16      # decodes tracked per baseline machine at first (doubled whenever all are busy)
+_DECODE_SLOTS = 8       # decodes tracked per baseline machine at first (doubled whenever all are busy)
+_FEW_SLOTS = 32         # at most, in a first pass: the designs that need more leave it for a pass of their own
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 _CHECK = 256            # requests between two verdict checks
 _LAG = 128              # and how many requests later a baseline's are checked (see baseline)
@@ -153,9 +154,24 @@ def _passes(clusters: list[Cluster], stream, requests, overload_s, verdict) -> F
     n = len(stream.arrival_s) if requests is None else len(requests)
     size = pass_size(len(clusters), n, machines=max(c.n_instances for c in clusters))
     for lo in range(0, len(clusters), size):
-        run = _Run(clusters[lo:lo + size], stream, overload_s, verdict, requests)
-        outs.append(run.baseline() if clusters[0].is_baseline else run.splitwise())
+        part = clusters[lo:lo + size]
+        run = _Run(part, stream, overload_s, verdict, requests)
+        if not part[0].is_baseline:
+            outs.append(run.splitwise())
+            continue
+        out = run.baseline(_FEW_SLOTS)
+        moved = run.evicted.nonzero()[0]
+        if moved.size:   # the designs that needed more decode slots, in a pass of their own
+            again = _Run([part[k] for k in moved], stream, overload_s, verdict, requests).baseline()
+            kept = (~run.evicted).nonzero()[0]
+            out = _concat([_take(out, kept), again], np.argsort(np.concatenate([kept, moved]), kind="stable"))
+        outs.append(out)
     return _concat(outs)
+
+
+def _take(out: FluidOutcome, rows) -> FluidOutcome:
+    """The outcome of the designs at ``rows`` of ``out``."""
+    return FluidOutcome(*(getattr(out, f.name)[rows] for f in fields(FluidOutcome)))
 
 
 def pass_size(n_designs: int, n_requests: int, parts_of: int = 1, machines: int = 0) -> int:
@@ -1064,7 +1080,7 @@ class _Run:
                             (stop < len(self.a)) & ~failed, failed)
 
     # -- baselines ----------------------------------------------------------------------
-    def baseline(self) -> FluidOutcome:
+    def baseline(self, most_slots: int | None = None) -> FluidOutcome:
         """Every machine runs both phases; decodes are tracked per machine (``_DECODE_SLOTS`` slots, doubled as needed).
 
         Each prompt batch scheduled on a machine delays the decodes running there at its
@@ -1075,7 +1091,9 @@ class _Run:
         run back to back from the end of the last prompt batch or decode there), and only
         the decodes still running at the batch start ride in it (mixed batch, 1.1x).
         A design that stops (overloaded, or failed by ``verdict``) leaves the loop at once,
-        and the decode slots shrink to what the designs left need.
+        and the decode slots shrink to what the designs left need. Every design pays for the
+        slots of the busiest machine: past ``most_slots`` a design that needs more leaves the
+        loop unfinished, flagged in ``evicted`` (for a pass of its own), unless every design left does.
         """
         N = len(self.a)
         pq = _PromptQueues(self, self.C)
@@ -1107,6 +1125,7 @@ class _Run:
         gone = np.zeros(D, dtype=bool)          # loop rows to drop after this request
         tau_req = np.zeros((N, D)) if self.verdict is not None else None   # each decode's iteration time
         checked = 0
+        self.evicted = np.zeros(D, dtype=bool)
 
         def sample(upto):
             """Which machines are busy at each bucket boundary up to ``upto``: a decode has not ended
@@ -1163,10 +1182,10 @@ class _Run:
                 x[holes] = x[movers]
             dend, dready, dtau, dreq = dend[:n], dready[:n], dtau[:n], dreq[:n]
             gone = np.zeros(n, dtype=bool)
-            need = _DECODE_SLOTS
-            while dec.size and need <= dec.max():
+            need = _DECODE_SLOTS   # room for twice the busiest machine's decodes: they may soon grow again
+            while dec.size and need < 2 * (dec.max() + 1):
                 need *= 2
-            if 4 * need <= K:   # (not each halving: the slots may soon double again, at a copy each way)
+            if need < K:
                 # ended decodes are final (ended_at keeps the last end): running ones move to the front
                 ended_at = np.maximum(ended_at, np.where(dend <= t, dend, 0.0).max(axis=2))
                 record(slice(None), (dend <= t) & (dreq >= 0))
@@ -1208,7 +1227,15 @@ class _Run:
             fj = pq.flat(j)
             n_j = dec_f.take(fj)
             tau = ttab.take(toff + n_j)
+            needy = None
             if n_j[n_j.argmax()] >= K:   # a machine decodes in every slot: track twice as many
+                needy = n_j >= K
+                if most_slots is not None and K >= most_slots and np.count_nonzero(needy | gone) < needy.size:
+                    self.evicted[act[needy]] = True   # (its results now are no one's: it stops here, unfinished)
+                    gone |= needy
+                    stop[act[needy]] = i
+                    needy = None
+            if needy is not None:
                 dend, dready, dtau = (np.concatenate([x, np.zeros_like(x)], axis=2) for x in (dend, dready, dtau))
                 dreq = np.concatenate([dreq, np.full_like(dreq, -1)], axis=2)
                 K *= 2

@@ -325,6 +325,32 @@ def test_fluid_baseline_tracks_the_oracle_with_many_decodes_per_machine(rate, ve
     assert fluid.tightest["ratio"] == pytest.approx(oracle.tightest["ratio"], rel=0.05)
 
 
+@pytest.mark.parametrize("stop_early", [False, True])
+def test_baselines_that_need_many_decode_slots_leave_the_batch_and_keep_their_own_results(monkeypatch, stop_early):
+    """A baseline batch tracks the decode slots of its busiest machine for every design: past
+    ``fluid._FEW_SLOTS`` the designs that need more leave it and run in a pass of their own, and
+    every design's result is still the one it gets alone (a pass of one design never leaves)."""
+    from splitwise_plan import fluid
+    monkeypatch.setattr(fluid, "_FEW_SLOTS", 8)
+    passes = []
+    baseline = fluid._Run.baseline
+
+    def spy(run, most_slots=None):
+        out = baseline(run, most_slots)
+        passes.append((run.D, int(np.count_nonzero(run.evicted))))
+        return out
+
+    monkeypatch.setattr(fluid._Run, "baseline", spy)
+    stream = load_workload("conversation").generate(20.0, duration_s=30.0, seed=5)
+    sim = Simulator(stream, method="fluid", stop_early=stop_early)
+    points = [("A100", 40, 0), ("A100", 10, 0), ("A100", 25, 0), ("A100", 3, 0), ("A100", 6, 0)]
+    alone = [sim.run_points([p])[0] for p in points]
+    assert passes == [(1, 0)] * len(points) and any(r.slo_met for r in alone) and not all(r.slo_met for r in alone)
+    passes.clear()
+    assert sim.run_points(points) == alone
+    assert len(passes) == 2 and passes[0][0] == len(points) and passes[1] == (passes[0][1], 0) and passes[1][0] >= 2
+
+
 def test_a_borrowed_machine_goes_home_while_its_next_decodes_are_still_inbound():
     # Llama2-70b conversation at 120 req/s on 16 prompt + 2 token machines: the token pool
     # fills, decodes borrow prompt machines, and (as in the reference) a borrowed machine goes
