@@ -1099,7 +1099,6 @@ class _Run:
         pq = _PromptQueues(self, self.C)
         rows, W, act = pq.rows, pq.W, pq.cols   # loop rows, and each one's design
         present = np.arange(self.C)[None, :] < self.cp[:, None]   # machines of each design
-        absent = np.where(present, 0.0, np.inf)
         D, K = self.D, _DECODE_SLOTS
         dend = np.zeros((D, self.C, K))        # end times of the decodes on each machine
         dready = np.zeros((D, self.C, K))      # when their prompt batch ends and they start decoding
@@ -1113,7 +1112,7 @@ class _Run:
         done = np.zeros((N + 1, D))            # last-token times; row N takes empty slots
         ttab, toff = self.ttab, self.toff       # token time on the machine (row 0 of each design's pair)
         inv_tps = np.repeat((1.0 / self.tokens_per_s)[:, None], self.C, axis=1)   # seconds a token, each machine
-        dk = dec * inv_tps + absent             # JSQ's pending decode work: one token a decode (inf off the design)
+        dk = dec * inv_tps + np.where(present, 0.0, np.inf)   # JSQ's pending decode work: one token a decode (inf off the design)
         eps = 1e-9
         busy = np.zeros((D, self.C))           # utilization, sampled as in splitwise()
         busy_s = np.zeros((D, 2))              # one pool: busy seconds of the designs stopped, then of all
@@ -1136,34 +1135,35 @@ class _Run:
                 np.add(busy, np.clip(last_busy, sampled, upto) - sampled, out=busy)
                 sampled = upto
 
-        dend_f = dready_f = dtau_f = dreq_f = dec_f = nxt_f = ended_at_f = last_end_f = dk_f = inv_f = absent_f = None
+        dend_f = dready_f = dtau_f = dreq_f = dec_f = nxt_f = ended_at_f = last_end_f = dk_f = inv_f = None
 
         def views():
             """Make the flat views of the (designs x machines[ x slots]) arrays anew (after they change): one
             index a machine, the cheapest gathers and scatters. (All are C-contiguous: reshape is a view.)"""
-            nonlocal dend_f, dready_f, dtau_f, dreq_f, dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f, absent_f
+            nonlocal dend_f, dready_f, dtau_f, dreq_f, dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f
             dend_f, dready_f, dtau_f, dreq_f = (x.reshape(-1, K) for x in (dend, dready, dtau, dreq))
-            dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f, absent_f = (
-                x.reshape(-1) for x in (dec, nxt, ended_at, last_end, dk, inv_tps, absent))
+            dec_f, nxt_f, ended_at_f, last_end_f, dk_f, inv_f = (
+                x.reshape(-1) for x in (dec, nxt, ended_at, last_end, dk, inv_tps))
 
         def record(r, sel):
             """Record the last tokens of the decodes in slots ``sel`` (a mask over the slots of loop rows ``r``)."""
             done[dreq[r][sel], np.broadcast_to(act[r][:, None, None], sel.shape)[sel]] = dend[r][sel]
 
-        def recount(at, slots):
-            """Count the decodes of machines ``at`` (flat indices) afresh from their ``slots``, and when the next of them ends;
-            returns which slots still run."""
+        def recount(at, slots, count=None):
+            """Count the decodes of machines ``at`` (flat indices, each a machine of its design) afresh from their
+            ``slots`` (unless the ``count`` is known), and when the next of them ends; returns which slots still run."""
             on = slots > t
-            count = _count(on)
+            if count is None:
+                count = _count(on)
             dec_f[at] = count
-            dk_f[at] = count * inv_f.take(at) + absent_f.take(at)
+            dk_f[at] = count * inv_f.take(at)
             nxt_f[at] = np.where(on, slots, np.inf).min(axis=1)
             return on
 
         def drop(t):
             """Take the designs of rows ``gone`` out of the loop (their requests up to their stop are final:
             no later prompt batch delays them), then keep only the decode slots the others need."""
-            nonlocal rows, W, act, absent, dend, dready, dtau, dreq, dec, nxt, ended_at, busy, last_end, toff, inv_tps, dk, K, gone
+            nonlocal rows, W, act, dend, dready, dtau, dreq, dec, nxt, ended_at, busy, last_end, toff, inv_tps, dk, K, gone
             g = gone.nonzero()[0]
             record(g, dreq[g] >= 0)
             busy_s[act[g], 0] = busy[g].sum(axis=1) * _RING_S
@@ -1176,8 +1176,8 @@ class _Run:
             keep[holes] = movers
             pq.compact(keep)
             rows, W, act = pq.rows, pq.W, pq.cols
-            absent, dec, nxt, ended_at, busy, last_end, toff, inv_tps, dk = (
-                x[keep] for x in (absent, dec, nxt, ended_at, busy, last_end, toff, inv_tps, dk))
+            dec, nxt, ended_at, busy, last_end, toff, inv_tps, dk = (
+                x[keep] for x in (dec, nxt, ended_at, busy, last_end, toff, inv_tps, dk))
             for x in (dend, dready, dtau, dreq):
                 x[holes] = x[movers]
             dend, dready, dtau, dreq = dend[:n], dready[:n], dtau[:n], dreq[:n]
@@ -1276,7 +1276,7 @@ class _Run:
             dready_f[fj] = rdy
             dtau_f.reshape(-1)[gs] = tau
             dreq_f.reshape(-1)[gs] = i
-            recount(fj, ends)
+            recount(fj, ends, n_j + 1)   # (its decodes were counted at t: none has ended since, and one more runs)
             last_end_f[fj] = ends.max(axis=1)
             if tau_req is not None:
                 pq.put(i, (tau_req, tau))
