@@ -60,7 +60,8 @@ _REQUEST_BYTES = 100        # a pass's bytes per request and design at its peak 
 _MACHINE_BYTES = 10 * _RING + 512   # and per machine and design at most: the rings, queues and counters
 _MAX_PASS = 512             # designs in a pass at most: by then they share the loop's per-request cost
 _DECODE_SLOTS = 8       # decodes tracked per baseline machine at first (doubled whenever all are busy)
-_FEW_SLOTS = 32         # at most, in a first pass: the designs that need more leave it for a pass of their own
+_FEW_SLOTS = 32         # at most, in a first pass: the designs that need more leave it for a pass of their own,
+_STAY = 48              # where as many designs stay, and more than leave (else a second pass costs more than it saves)
 _MAX_DECODES = 4096     # decode batch sizes tabulated for the token-time lookup
 _CHECK = 256            # requests between two verdict checks
 _LAG = 128              # and how many requests later a baseline's are checked (see baseline)
@@ -1093,7 +1094,8 @@ class _Run:
         A design that stops (overloaded, or failed by ``verdict``) leaves the loop at once,
         and the decode slots shrink to what the designs left need. Every design pays for the
         slots of the busiest machine: past ``most_slots`` a design that needs more leaves the
-        loop unfinished, flagged in ``evicted`` (for a pass of its own), unless every design left does.
+        loop unfinished, flagged in ``evicted`` (for a pass of its own), where at least ``_STAY``
+        designs stay and more stay than leave.
         """
         N = len(self.a)
         pq = _PromptQueues(self, self.C)
@@ -1227,19 +1229,20 @@ class _Run:
             fj = pq.flat(j)
             n_j = dec_f.take(fj)
             tau = ttab.take(toff + n_j)
-            needy = None
-            if n_j[n_j.argmax()] >= K:   # a machine decodes in every slot: track twice as many
+            if n_j[n_j.argmax()] >= K:   # a machine decodes in every slot
                 needy = n_j >= K
-                if most_slots is not None and K >= most_slots and np.count_nonzero(needy | gone) < needy.size:
-                    self.evicted[act[needy]] = True   # (its results now are no one's: it stops here, unfinished)
+                stay = needy.size - np.count_nonzero(needy | gone)   # the designs that would stay in the pass
+                if (most_slots is not None and K >= most_slots and stay >= _STAY
+                        and np.count_nonzero(needy) + np.count_nonzero(self.evicted) <= stay):
+                    # its designs leave for a pass of their own: they stop here, unfinished, their results no one's
+                    self.evicted[act[needy]] = True
                     gone |= needy
                     stop[act[needy]] = i
-                    needy = None
-            if needy is not None:
-                dend, dready, dtau = (np.concatenate([x, np.zeros_like(x)], axis=2) for x in (dend, dready, dtau))
-                dreq = np.concatenate([dreq, np.full_like(dreq, -1)], axis=2)
-                K *= 2
-                views()
+                else:   # track twice as many
+                    dend, dready, dtau = (np.concatenate([x, np.zeros_like(x)], axis=2) for x in (dend, dready, dtau))
+                    dreq = np.concatenate([dreq, np.full_like(dreq, -1)], axis=2)
+                    K *= 2
+                    views()
             # a prompt stops a running decode batch at its next iteration boundary: the machine's
             # decode iterations run back to back since its last prompt batch ended (at W) or,
             # later, since the last decode there ended (a new run of the smaller batch starts)
