@@ -162,17 +162,13 @@ def _passes(clusters: list[Cluster], stream, requests, overload_s, verdict) -> F
             continue
         out = run.baseline(_FEW_SLOTS)
         moved = run.evicted.nonzero()[0]
-        if moved.size:   # the designs that needed more decode slots, in a pass of their own
+        if moved.size:   # the designs that needed more decode slots, in a pass of their own: their rows from it
             again = _Run([part[k] for k in moved], stream, overload_s, verdict, requests).baseline()
-            kept = (~run.evicted).nonzero()[0]
-            out = _concat([_take(out, kept), again], np.argsort(np.concatenate([kept, moved]), kind="stable"))
+            rows = np.arange(len(part))
+            rows[moved] = len(part) + np.arange(moved.size)
+            out = _concat([out, again], rows)
         outs.append(out)
     return _concat(outs)
-
-
-def _take(out: FluidOutcome, rows) -> FluidOutcome:
-    """The outcome of the designs at ``rows`` of ``out``."""
-    return FluidOutcome(*(getattr(out, f.name)[rows] for f in fields(FluidOutcome)))
 
 
 def pass_size(n_designs: int, n_requests: int, parts_of: int = 1, machines: int = 0) -> int:
