@@ -380,8 +380,10 @@ class _Run:
         decoded = np.zeros((D, M), dtype=bool)
         starts = np.zeros(ring.shape, dtype=np.int16)   # laid out as the release ring
         # buckets (mod L) that may hold releases or starts: a long quiet spell of a sparse trace
-        # walks only these, not every bucket of every machine (see advance)
-        occupied = np.zeros(L, dtype=bool)
+        # walks only these, not every bucket of every machine (see advance); kept only where the
+        # stream has such a spell (``advance`` reads it nowhere else: a dense one saves its upkeep)
+        spells = np.diff(np.maximum.accumulate(np.trunc(self.a / _RING_S)), prepend=0.0)
+        occupied = np.zeros(L, dtype=bool) if np.count_nonzero(spells > _QUIET) else None
         # utilization, sampled at every bucket boundary: a machine is busy while decodes run on it
         # or its prompt queue has work; busy_s keeps the seconds of designs since dropped (by home
         # pool: prompt, token), and sampled_s how long a stopped design was sampled
@@ -565,7 +567,8 @@ class _Run:
             b = np.minimum(np.maximum(b, last - b_lap), last - b_lap + L - 1)
             cell = bucket_cell.take(b) + fb     # (ready, prompt machine) and (end, token machine)
             ring_flat[cell] += booked
-            occupied[b % L] = True
+            if occupied is not None:
+                occupied[b % L] = True
             if decode:
                 starts_flat[bucket_cell.take(b[:D]) + fb[D:]] += 1   # (ready, token machine)
                 ndec.ravel()[ft] += 1.0
@@ -604,7 +607,8 @@ class _Run:
             k = nz // win_buckets.size
             src = (b0 * B - win_first[:b0.size]).take(k) + nz
             moved = src + shift.take(k)
-            occupied[moved % L] = True
+            if occupied is not None:
+                occupied[moved % L] = True
             dst = bucket_cell.take(moved)       # distinct: one shift per machine
             fb = (f * B).take(k)
             src = bucket_cell.take(src) + fb
@@ -752,14 +756,15 @@ class _Run:
             recent = None
             stop = min(cur, last + L)
             ks = range(last, stop)
-            if stop - last > _QUIET:
+            if stop - last > _QUIET and occupied is not None:
                 ks = (last + np.flatnonzero(occupied.take(np.arange(last, stop) % L))).tolist()
             k0 = last                           # the first bucket not yet sampled
             for k in ks:
                 if k > k0:
                     quiet(k0, k)
                 blk, pos = k % L // B, k % B
-                occupied[k % L] = False
+                if occupied is not None:
+                    occupied[k % L] = False
                 bucket = ring[blk, :, :, pos]
                 due = bucket if ring_off is None else bucket[act]   # the designs still simulated
                 if k == cur - 1:   # released at the boundary before ``cur``'s bucket
