@@ -385,13 +385,14 @@ class Simulator:
                      remedy: str = "confirm design points with --method events") -> str:
         """A one-line ``lead``: where the fluid model reads ``design`` unreliably (see FEW_CACHES), or where a
         Splitwise design meets a burst (see BURST), else ''."""
-        n = self.caches_per_token_instance(design)
+        d = get_design(design)
+        n = self.caches_per_token_instance(d)
         if n < FEW_CACHES:
-            return (f"{lead}: a token instance of {get_design(design).name} holds about {n:.0f} of this stream's mean "
+            return (f"{lead}: a token instance of {d.name} holds about {n:.0f} of this stream's mean "
                     f"requests' KV caches (fewer than {FEW_CACHES}): there the fluid model can read the SLOs 2-3x the "
                     f"discrete-event oracle's; {remedy}")
-        burst = self.stream.burst()
-        if burst < BURST or get_design(design).is_baseline:
+        burst = 1.0 if d.is_baseline else self.stream.burst()   # (a baseline's bursts are not a known limit)
+        if burst < BURST:
             return ""
         return (f"{lead}: this stream's busiest 10 s arrive at {burst:.1f}x its mean rate; in bursts the fluid model "
                 f"can read TBT P99 low near the SLO frontier (it agreed with the discrete-event oracle's pass/fail "
