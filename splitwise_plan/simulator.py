@@ -391,8 +391,8 @@ class Simulator:
             return (f"{lead}: a token instance of {d.name} holds about {n:.0f} of this stream's mean "
                     f"requests' KV caches (fewer than {FEW_CACHES}): there the fluid model can read the SLOs 2-3x the "
                     f"discrete-event oracle's; {remedy}")
-        burst = 1.0 if d.is_baseline else self.stream.burst()   # (a baseline's bursts are not a known limit)
-        if burst < BURST:
+        # (a baseline's bursts are not a known limit of the fluid model: its stream's burst is not read)
+        if d.is_baseline or (burst := self.stream.burst()) < BURST:
             return ""
         return (f"{lead}: this stream's busiest 10 s arrive at {burst:.1f}x its mean rate; in bursts the fluid model "
                 f"can read TBT P99 low near the SLO frontier (it agreed with the discrete-event oracle's pass/fail "
