@@ -267,7 +267,7 @@ class _Run:
         return int(min(_RING, _BLOCK * math.ceil(buckets / _BLOCK)))
 
     def _hopeless(self, lo: int, hi: int, pq, cols, tau_req, pmach=None, dmach=None, ends=None,
-                  now: float = 0.0, waiting=None) -> np.ndarray:
+                  now: float = 0.0, waiting=None, mem_wait=None) -> np.ndarray:
         """Columns among ``cols`` whose SLOs of ``self.verdict`` can no longer all hold, given requests lo..hi.
 
         Lower bounds of each request's latencies, which the rest of the run only lengthens:
@@ -279,7 +279,9 @@ class _Run:
         final once ended, and later prompt batches only delay one still running; where a
         request's prompt batch has started by ``now``, its TTFT is final too. A Splitwise design
         gives ``waiting`` (the flat mask of its machines, a row of them a design, whose last batch
-        waits for a decode run to end): such a batch may yet be pulled earlier, though not before now.
+        waits for a decode run to end): such a batch may yet be pulled earlier, though not before now,
+        and ``mem_wait`` (requests x designs, or None: none yet), how long each decode waits for KV
+        memory, final once routed.
         """
         c = cols[None, :]
         lead = pq.rb[lo:hi][:, cols]
@@ -295,6 +297,8 @@ class _Run:
         else:
             dec = (tau_req[lo:hi][:, cols] * self.iters[lo:hi, None]
                    + np.where(pmach[lo:hi][:, cols] == dmach[lo:hi][:, cols], 0.0, self.xfer[lo:hi, None]))
+            if mem_wait is not None:
+                dec += mem_wait[lo:hi][:, cols]
         lb = {"ttft": ttft, "tbt": dec / n, "e2e": ttft + dec}
         if ends is not None:
             started = start <= now
@@ -804,7 +808,7 @@ class _Run:
             # planner's walk down then loses the near misses it tries; tests/test_planner.py, near misses)
             if self.verdict is not None and i - checked >= _CHECK:
                 gone = self._hopeless(checked, i, pq, act, tau_req, pmach, dmach, now=arrival[i],
-                                      waiting=waiting if any_waiting else None) & ~dying
+                                      waiting=waiting if any_waiting else None, mem_wait=mem_wait) & ~dying
                 checked = i
                 if np.count_nonzero(gone):
                     halt(gone)

@@ -414,6 +414,28 @@ def test_stopping_early_keeps_every_verdict_and_every_passing_design(design, pts
             assert (b.stopped_early or b.overloaded) and b.completed <= 0.6 * b.requests, (a.tightest, b.completed)
 
 
+def test_a_decode_waiting_for_kv_memory_counts_in_the_early_verdict():
+    # Strict pools (no machine borrowed): a token pool too small for the stream's KV caches
+    # makes decodes wait for memory, which fails TBT P90. The wait is known as the decode is
+    # routed and never shrinks, so the verdict stops those designs early (they ran to the end
+    # when it read only the transfer and the undelayed decode), and every verdict stays the full run's.
+    from splitwise_plan.cluster import SchedulerConfig
+
+    stream = load_workload("conversation").generate(40.0, duration_s=60.0, seed=3)
+    strict = SchedulerConfig(mixed_pool=False)
+    pts = [(9, 1), (12, 2), (15, 1), (9, 4), (12, 6)]
+    full = Simulator(stream, scheduler=strict).run_many("HH", pts)
+    fast = Simulator(stream, scheduler=strict, stop_early=True).run_many("HH", pts)
+    assert [r.slo_met for r in full] == [False, False, False, True, True]
+    assert [r.slo_met for r in fast] == [r.slo_met for r in full]
+    for a, b in zip(full, fast):
+        if a.slo_met:
+            assert not b.stopped_early and b.latency_s == a.latency_s
+        else:
+            assert a.tightest["metric"] == "tbt" and not a.overloaded
+            assert b.stopped_early and b.completed <= 0.6 * b.requests, (a.tightest, b.completed)
+
+
 def test_a_decode_waits_out_the_prompt_batches_of_its_machine():
     # Hand-computed: prompt batches run on machine 0 at [1, 2] and [2.5, 3]; a decode there
     # from t=0.5 needing 1.0 s of the machine runs 0.5-1, waits 1-2, runs 2-2.5: it waits 1.0 s.
