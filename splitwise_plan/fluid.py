@@ -637,17 +637,15 @@ class _Run:
             rings' resolution (the reference's transfer waits for memory at its token machine); the ring's
             horizon where they never do within it. The next ``_FREE_WINDOW`` buckets first, where most
             waits end, then the whole ring for the others."""
-            at = np.full(rr.size, L)
-            todo = np.arange(rr.size)
-            for blocks in (near_blocks, ring_blocks):
-                rows_b, _ = window_rows(rr[todo], jj[todo], (last - lap()) >> _BLOCK_BITS, blocks)
-                freed = ring.reshape(-1, B).take(rows_b, axis=0).reshape(todo.size, -1).real.cumsum(axis=1)
-                enough = freed >= need[todo, None]
-                done = enough[:, -1]            # (past buckets of the first block are empty)
-                at[todo[done]] = enough[done].argmax(axis=1)
-                todo = todo[~done]
-                if not todo.size:
-                    break
+            b0 = (last - lap()) >> _BLOCK_BITS
+            rows_b, _ = window_rows(rr, jj, b0, near_blocks)
+            enough = ring.reshape(-1, B).take(rows_b, axis=0).reshape(rr.size, -1).real.cumsum(axis=1) >= need[:, None]
+            at = enough.argmax(axis=1)          # (past buckets of the first block are empty)
+            far = (~enough[:, -1]).nonzero()[0]
+            if far.size:
+                rows_b, _ = window_rows(rr[far], jj[far], b0, ring_blocks)
+                enough = ring.reshape(-1, B).take(rows_b, axis=0).reshape(far.size, -1).real.cumsum(axis=1) >= need[far, None]
+                at[far] = np.where(enough[:, -1], enough.argmax(axis=1), L)
             return ((last & -B) + at + 1) * _RING_S
 
         def unstarted(rr, jj, ff, when):
