@@ -638,15 +638,19 @@ class _Run:
             horizon where they never do within it. The next ``_FREE_WINDOW`` buckets first, where most
             waits end, then the whole ring for the others."""
             b0 = (last - lap()) >> _BLOCK_BITS
-            rows_b, _ = window_rows(rr, jj, b0, near_blocks)
-            enough = ring.reshape(-1, B).take(rows_b, axis=0).reshape(rr.size, -1).real.cumsum(axis=1) >= need[:, None]
+            enough = released(rr, jj, need, b0, near_blocks)
             at = enough.argmax(axis=1)          # (past buckets of the first block are empty)
             far = (~enough[:, -1]).nonzero()[0]
             if far.size:
-                rows_b, _ = window_rows(rr[far], jj[far], b0, ring_blocks)
-                enough = ring.reshape(-1, B).take(rows_b, axis=0).reshape(far.size, -1).real.cumsum(axis=1) >= need[far, None]
+                enough = released(rr[far], jj[far], need[far], b0, ring_blocks)
                 at[far] = np.where(enough[:, -1], enough.argmax(axis=1), L)
             return ((last & -B) + at + 1) * _RING_S
+
+        def released(rr, jj, need, b0, blocks):
+            """Machines ``jj`` of designs ``rr`` x the buckets of ``blocks`` from block ``b0`` on: have the
+            releases booked there freed ``need`` bytes by the end of that bucket?"""
+            rows_b, _ = window_rows(rr, jj, b0, blocks)
+            return ring.reshape(-1, B).take(rows_b, axis=0).reshape(rr.size, -1).real.cumsum(axis=1) >= need[:, None]
 
         def unstarted(rr, jj, ff, when):
             """How many decodes booked on machines ``jj`` of designs ``rr`` (flat ``ff``) start after ``when``,
