@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from splitwise_plan.fluid import pass_size
-from splitwise_plan.simulator import Simulator
-from splitwise_plan.workloads import load_trace, load_workload
+from splitwise_plan.sim.fluid.model import pass_size
+from splitwise_plan.sim.simulator import Simulator
+from splitwise_plan.inputs.workloads import load_trace, load_workload
 
 SHARED = Path(os.environ.get("SPLITWISE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 COLS = [f"{m}_p{p}_s" for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)]
@@ -208,7 +208,7 @@ def planner_answers() -> None:
     if not (base / "reference_results_calibration.csv").is_file():
         print(f"[planner] skipped: no reference data under {base}")
         return
-    from splitwise_plan.planner import PlanRequest, plan
+    from splitwise_plan.planning.planner import PlanRequest, plan
     table = pd.read_csv(base / "reference_results_calibration.csv")
     t0 = time.perf_counter()
     res = plan(PlanRequest(goal="min-cost", trace=str(base / "rr_code_70_2min.csv"), designs=("HH", "H100", "A100")))

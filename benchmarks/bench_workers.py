@@ -31,14 +31,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from splitwise_plan import study as st  # noqa: E402
-from splitwise_plan.planner import PlanRequest  # noqa: E402
+from splitwise_plan.planning import stored  # noqa: E402
+from splitwise_plan.search import storage as st  # noqa: E402
+from splitwise_plan.search.storage import heartbeat, urls  # noqa: E402
+from splitwise_plan.planning.planner import PlanRequest  # noqa: E402
 
 
 def run(url: str, args, workers: int) -> dict:
     req = PlanRequest(goal="min-cost", rps=args.rps, duration=args.duration, designs=(args.design,),
                       search_method=args.method, storage=url, study=f"bench-workers-{uuid.uuid4().hex[:8]}-{workers}")
-    name = st.prepare(req, args.design, n_trials=args.trials)
+    name = stored.prepare(req, args.design, n_trials=args.trials)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "splitwise_plan", "worker", "--storage", url, "--study", name,
            "--trials", str(args.trials), "--batch", str(args.batch), "--json", "-", "--quiet"]

@@ -14,19 +14,18 @@ __version__ = "0.1.0"
 # each public name and the module that defines it
 _EXPORTS = {
     "errors": ("SplitwisePlanError",),
-    "latency_model": ("LatencyModel", "PhaseCurve"),
-    "machines": ("Machine", "BUILTIN_MACHINES", "load_machines", "get_machine"),
-    "models": ("ModelSpec", "BUILTIN_MODELS", "get_model"),
-    "paths": ("data_dir", "data_file"),
-    "profiles": ("ProfileSet", "ProfileEntry", "ProfileAccuracy", "load_profiles", "profile_accuracy"),
-    "slos": ("SLO", "SLOSet", "load_slos", "reference_latencies"),
-    "workloads": ("Workload", "RequestStream", "load_workload", "load_trace", "workload_names"),
-    # the planner (issue 4): ``from splitwise_plan import plan`` for notebooks
-    "planner": ("plan", "PlanRequest", "PlanResult", "DesignPlan"),
-    "plan_reports": ("render_plan", "plan_report", "write_reports"),
-    "budget": ("parse_budget",),
-    "simulator": ("Simulator", "SimulationResult"),
-    "cluster": ("SchedulerConfig",),
+    "inputs.machines": ("Machine", "BUILTIN_MACHINES", "load_machines", "get_machine"),
+    "inputs.models": ("ModelSpec", "BUILTIN_MODELS", "get_model"),
+    "inputs.paths": ("data_dir", "data_file"),
+    "inputs.slos": ("SLO", "SLOSet", "load_slos"),
+    "inputs.workloads": ("Workload", "RequestStream", "load_workload", "load_trace", "workload_names"),
+    "inputs.budget": ("parse_budget",),
+    "perf.latency_model": ("LatencyModel", "PhaseCurve", "reference_latencies"),
+    "perf.profiles": ("ProfileSet", "ProfileEntry", "ProfileAccuracy", "load_profiles", "profile_accuracy"),
+    "sim.cluster": ("SchedulerConfig",),
+    "sim.simulator": ("Simulator", "SimulationResult"),
+    "planning.planner": ("plan", "PlanRequest", "PlanResult", "DesignPlan"),
+    "report.plan": ("render_plan", "plan_report", "write_reports"),
 }
 _RENAMED = {"render_plan": "render"}   # exported under another name than its module's
 _HOME = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -49,16 +48,17 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:   # what static tools and IDEs see: the same names, imported eagerly
-    from .budget import parse_budget
-    from .cluster import SchedulerConfig
-    from .errors import SplitwisePlanError
-    from .latency_model import LatencyModel, PhaseCurve
-    from .machines import BUILTIN_MACHINES, Machine, get_machine, load_machines
-    from .models import BUILTIN_MODELS, ModelSpec, get_model
-    from .paths import data_dir, data_file
-    from .plan_reports import plan_report, render as render_plan, write_reports
-    from .planner import DesignPlan, PlanRequest, PlanResult, plan
-    from .profiles import ProfileAccuracy, ProfileEntry, ProfileSet, load_profiles, profile_accuracy
-    from .simulator import SimulationResult, Simulator
-    from .slos import SLO, SLOSet, load_slos, reference_latencies
-    from .workloads import RequestStream, Workload, load_trace, load_workload, workload_names
+    from splitwise_plan.inputs.budget import parse_budget
+    from splitwise_plan.sim.cluster import SchedulerConfig
+    from splitwise_plan.errors import SplitwisePlanError
+    from splitwise_plan.perf.latency_model import LatencyModel, PhaseCurve
+    from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine, get_machine, load_machines
+    from splitwise_plan.inputs.models import BUILTIN_MODELS, ModelSpec, get_model
+    from splitwise_plan.inputs.paths import data_dir, data_file
+    from splitwise_plan.report.plan import plan_report, render as render_plan, write_reports
+    from splitwise_plan.planning.planner import DesignPlan, PlanRequest, PlanResult, plan
+    from splitwise_plan.perf.profiles import ProfileAccuracy, ProfileEntry, ProfileSet, load_profiles, profile_accuracy
+    from splitwise_plan.sim.simulator import SimulationResult, Simulator
+    from splitwise_plan.inputs.slos import SLO, SLOSet, load_slos
+    from splitwise_plan.perf.latency_model import reference_latencies
+    from splitwise_plan.inputs.workloads import RequestStream, Workload, load_trace, load_workload, workload_names

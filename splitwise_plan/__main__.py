@@ -18,7 +18,7 @@ def main() -> int:
     for s in held:
         signal.signal(s, lambda signum, frame: stopped.append(signum))
     try:
-        from .cli import main as run
+        from splitwise_plan.cli import main as run
     finally:
         for s in held:
             signal.signal(s, defaults[s])

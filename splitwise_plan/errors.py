@@ -81,3 +81,8 @@ def real_number(value, what: str) -> float:
 def seed_value(value, what: str = "--seed") -> int:
     """``value`` as a random seed numpy takes (a whole number >= 0), or a user error naming ``what``."""
     return whole_number(value, what, 0)
+
+
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, plural unless n is 1: "1 request", "2,366 requests"."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import splitwise_plan as sp
-from splitwise_plan.machines import BUILTIN_MACHINES
-from splitwise_plan.simulator import Simulator
-from splitwise_plan.workloads import RequestStream, Workload, load_workload
+from splitwise_plan.inputs.machines import BUILTIN_MACHINES
+from splitwise_plan.sim.simulator import Simulator
+from splitwise_plan.inputs.workloads import RequestStream, Workload, load_workload
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +143,7 @@ def test_write_reports_checks_every_path_before_writing_any(tmp_path):
     assert doc["plan"]["winner"] == p.winner
     assert (doc["plan"]["rate_rps"], doc["plan"]["duration"]) == (5.0, 10.0)   # floats, as the CLI's report has them
     assert isinstance(doc["plan"]["rate_rps"], float) and isinstance(doc["plan"]["duration"], float)
-    from splitwise_plan.workloads import SHIPPED_WORKLOADS
+    from splitwise_plan.inputs.workloads import SHIPPED_WORKLOADS
     q = sp.plan(goal="max-throughput", budget_power=np.int64(400), designs="H100", duration=10, jobs=1,
                 workload=pathlib.Path(sp.data_file("workloads", SHIPPED_WORKLOADS["coding"])))
     json.dumps(q.to_dict(), allow_nan=False)          # a numpy budget and a Path are plain values there

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from splitwise_plan.cli import main
-from splitwise_plan.cli_check import find_capacity
-from splitwise_plan.cluster_file import load_cluster
-from splitwise_plan.workloads import load_trace, load_workload
+from splitwise_plan.cli.check import find_capacity
+from splitwise_plan.inputs.cluster_file import load_cluster
+from splitwise_plan.inputs.workloads import load_trace, load_workload
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--duration", "20", "--method", "events", "--quiet"]
@@ -255,7 +255,7 @@ def test_capacity_of_a_cluster_that_holds_no_rate_points_to_a_longer_duration(ca
 
 
 def test_a_cluster_at_a_tp_its_profiles_lack_names_the_cluster_file(capsys, write, tmp_path):
-    from splitwise_plan.paths import data_file
+    from splitwise_plan.inputs.paths import data_file
     df = pd.read_csv(data_file("profiles", "perf_model.csv"))
     df[df.tensor_parallel == 8].to_csv(tmp_path / "tp8.csv", index=False)
     cluster = write("tp4.toml", SMALL + 'model = "llama2-70b"\ntensor_parallel = 4\n')

@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from splitwise_plan import checkpoint as ck
+from splitwise_plan.report import checkpoint as ck
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.simulator import Simulator
-from splitwise_plan.workloads import load_workload
+from splitwise_plan.sim.simulator import Simulator
+from splitwise_plan.inputs.workloads import load_workload
 
 SWEEP = ["sweep", "--design", "HH", "--prompt", "1:3", "--token", "1:2", "--rps", "5", "--duration", "20",
          "--method", "events", "--jobs", "1"]
@@ -201,7 +201,7 @@ def test_a_smaller_sweep_or_one_stopped_by_a_typo_keeps_what_a_stopped_sweep_kep
     kept = partial.read_text()
     assert kept.count("\n") == 1 + 2
     assert main(SWEEP + ["--csv", str(out), "--rps", "abc"]) == 2 and partial.read_text() == kept   # a typo
-    import splitwise_plan.cli_simulate as cs
+    import splitwise_plan.cli.simulate as cs
 
     def stop(*a, **k):
         raise KeyboardInterrupt
@@ -218,7 +218,7 @@ def test_a_smaller_sweep_or_one_stopped_by_a_typo_keeps_what_a_stopped_sweep_kep
 
 
 def test_a_file_given_by_another_path_is_the_same_input(tmp_path, monkeypatch):
-    from splitwise_plan.planner import PlanRequest
+    from splitwise_plan.planning.planner import PlanRequest
     slo = tmp_path / "my.toml"
     slo.write_text((Path(__file__).resolve().parents[1] / "slos" / "paper.toml").read_text())
     monkeypatch.chdir(tmp_path)

@@ -205,7 +205,7 @@ def test_a_report_to_dev_stdout_is_all_stdout_carries(tmp_path, cmd, flag):
 def test_a_bug_is_one_line_and_exit_3_never_the_gates_1(monkeypatch, capsys):
     """An internal error in a command (here the simulator breaks) must not read as 'the SLOs fail'
     (exit 1) in a CI gate: one line naming it, exit 3."""
-    from splitwise_plan import simulator
+    from splitwise_plan.sim import simulator
     from splitwise_plan.cli import main
 
     def broken(*a, **k):
@@ -308,7 +308,7 @@ def test_ctrl_c_while_the_command_loads_is_one_line_and_exit_130():
              "import splitwise_plan.__main__ as entry\n"
              "class CtrlC:\n"
              "    def find_spec(self, name, path=None, target=None):\n"
-             "        if name == 'splitwise_plan.cli':\n"
+             "        if name == 'splitwise_plan.cli.app':\n"
              "            os.kill(os.getpid(), signal.SIGINT)\n"
              "sys.meta_path.insert(0, CtrlC())\n"
              "sys.argv = ['splitwise-plan', 'simulate', '-d', 'HH', '-p', '2', '-t', '1', '--rps', '5']\n"
@@ -326,12 +326,12 @@ def test_the_package_loads_its_api_on_first_use():
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120).stdout.strip() == "False"
     import splitwise_plan
-    from splitwise_plan.plan_reports import render
+    from splitwise_plan.report.plan import render
     for name in splitwise_plan.__all__:
         assert getattr(splitwise_plan, name) is not None, name
         assert name in dir(splitwise_plan)
     assert splitwise_plan.render_plan is render
-    assert splitwise_plan.Simulator is importlib.import_module("splitwise_plan.simulator").Simulator
+    assert splitwise_plan.Simulator is importlib.import_module("splitwise_plan.sim.simulator").Simulator
     with pytest.raises(AttributeError):
         splitwise_plan.no_such_name
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from splitwise_plan.cli import main
-from splitwise_plan.workloads import load_workload
+from splitwise_plan.inputs.workloads import load_workload
 
 FAST = ["--duration", "20", "--method", "events", "--quiet"]
 ISSUE3_KEYS = {"design", "model", "prompt_machines", "token_machines", "machines", "requests", "completed",
@@ -67,7 +67,7 @@ def test_the_fluid_method_cautions_on_a_bursty_trace(capsys, tmp_path):
     the same trace evened out, a baseline, or the oracle say nothing of it."""
     import numpy as np
 
-    from splitwise_plan.workloads import RequestStream
+    from splitwise_plan.inputs.workloads import RequestStream
     steady = load_workload("coding").generate(4.0, duration_s=60.0, seed=3)
     extra = load_workload("coding").generate(8.0, duration_s=10.0, seed=4)
     a = np.concatenate([steady.arrival_s, extra.arrival_s + 20.0])
@@ -119,7 +119,7 @@ def test_a_sweep_simulates_event_by_event_where_the_fluid_model_is_unreliable(ca
 
 def test_without_the_fluid_simulator_a_sweep_runs_event_by_event(capsys, monkeypatch):
     """A build without ``fluid.py``: --method auto takes the oracle, --method fluid is one line, exit 2."""
-    import splitwise_plan.simulator as simulator
+    import splitwise_plan.sim.simulator as simulator
     monkeypatch.setattr(simulator, "fluid_available", lambda: False)
     args = ["sweep", "--design", "HH", "--prompt", "2:3", "--token", 1, "--rps", 5, "--duration", 20, "--quiet"]
     code, out, err = run(capsys, *args, "--json")
@@ -163,7 +163,7 @@ def test_simulate_json_stdout_is_one_object_with_issue3_schema(capsys):
 
 
 def test_one_design_point_defaults_to_the_discrete_event_method_and_a_grid_to_the_fluid_one(capsys, tmp_path):
-    from splitwise_plan.simulator import Simulator
+    from splitwise_plan.sim.simulator import Simulator
     args = ["--design", "HH", "-p", 2, "-t", 1, "--rps", 8, "--duration", 20, "--quiet", "--json"]
     code, out, err = run(capsys, "simulate", *args)
     assert code == 0, err
@@ -253,7 +253,7 @@ def test_a_trace_with_a_rate_is_the_trace_time_scaled_to_it(capsys, tmp_path):
     """--trace with --rps replays the trace at that rate (as a plan over a trace and check --headroom
     replay it): the same results as the file with every arrival time scaled by hand. It was refused,
     so a max-throughput answer over a trace could not be simulated at its rate."""
-    from splitwise_plan.workloads import RequestStream, load_trace
+    from splitwise_plan.inputs.workloads import RequestStream, load_trace
     trace, by_hand = tmp_path / "t.csv", tmp_path / "t2.csv"
     load_workload("coding").generate(4, duration_s=20, seed=1).to_csv(trace)
     own = load_trace(trace)
@@ -466,7 +466,7 @@ def test_the_kv_transfer_is_an_input_of_every_report(capsys, tmp_path):
 
 
 def test_a_stopped_sweep_with_no_file_says_it_kept_nothing(capsys, monkeypatch):
-    import splitwise_plan.cli_simulate as cs
+    import splitwise_plan.cli.simulate as cs
 
     def stop(*a, **k):
         raise KeyboardInterrupt

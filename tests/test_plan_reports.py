@@ -15,14 +15,14 @@ from contextlib import contextmanager
 import pandas as pd
 import pytest
 
-import splitwise_plan.plan_reports as plan_reports
-import splitwise_plan.planner as planner
-import splitwise_plan.progress as progress_mod
-import splitwise_plan.reports as reports
+import splitwise_plan.report.plan as plan_reports
+import splitwise_plan.planning.planner as planner
+import splitwise_plan.cli.progress as progress_mod
+import splitwise_plan.report.formats as reports
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.plan_reports import comparison, csv_columns, csv_rows, plan_report, plan_title, write_reports
-from splitwise_plan.planner import DesignPlan, PlanRequest, PlanResult, plan
+from splitwise_plan.report.plan import comparison, csv_columns, csv_rows, plan_report, plan_title, write_reports
+from splitwise_plan.planning.planner import DesignPlan, PlanRequest, PlanResult, plan
 
 QUICK = ["--goal", "min-cost", "--rps", "10", "--designs", "HH,H100", "--duration", "20",
          "--confirm-method", "fluid", "--jobs", "1"]
@@ -127,7 +127,7 @@ def test_json_to_stdout_instead_of_the_table(capsys):
 
 
 def test_a_plan_of_a_trace_reports_the_trace_not_the_generator_defaults(tmp_path):
-    from splitwise_plan.workloads import load_workload
+    from splitwise_plan.inputs.workloads import load_workload
     trace = tmp_path / "t.csv"
     load_workload("coding").generate(8, duration_s=15, seed=3).to_csv(trace)
     req = PlanRequest(goal="min-cost", trace=str(trace), designs=("HH",), confirm_method="fluid", jobs=1)
@@ -374,7 +374,7 @@ def test_csv_rows_name_the_stream_of_their_numbers_over_several_seeds():
 def test_no_report_overwrites_the_tools_own_data():
     """The shipped SLOs, workloads and profiles are inputs of every run that names none: no report
     replaces them (from a source checkout or an editable install they are plain files)."""
-    from splitwise_plan.paths import data_file
+    from splitwise_plan.inputs.paths import data_file
     for kind, name in (("slos", "paper.toml"), ("workloads", "coding.csv"), ("profiles", "perf_model.csv")):
         path = data_file(kind, name)
         before = path.read_bytes()
@@ -507,12 +507,12 @@ def test_plan_report_rates_and_bounds_say_their_unit(capsys, tmp_path):
         assert d["bound"] is None and d["bound_rps"] >= d["rate_rps"] > 0
     assert list(pd.read_csv(c).columns[:4]) == ["rate_rps", "seed", "design", "status"]
     trace = tmp_path / "t.csv"
-    from splitwise_plan.workloads import load_workload
+    from splitwise_plan.inputs.workloads import load_workload
     stream = load_workload("coding").generate(5.0, duration_s=10.0, seed=2)
     stream.to_csv(trace)
     assert run(capsys, "--goal", "min-cost", "--trace", trace, "--designs", "H100", "--jobs", "1", "--json", j, "-q")[0] == 0
     doc = json.loads(j.read_text())
-    from splitwise_plan.workloads import load_trace
+    from splitwise_plan.inputs.workloads import load_trace
     assert doc["plan"]["rate_rps"] == pytest.approx(load_trace(trace).rate) == doc["inputs"]["rate_rps"]
     assert doc["results"][0]["bound"] > 0 and doc["results"][0]["bound_rps"] is None
 
@@ -538,7 +538,7 @@ def test_the_plan_csv_header_is_one_whatever_the_results():
     dropped it, all infeasible left 7 columns. A reader of several plans' CSVs needs one header."""
     from splitwise_plan import plan
     from dataclasses import replace
-    from splitwise_plan.reports import csv_text
+    from splitwise_plan.report.formats import csv_text
     ok = plan(goal="min-cost", rps=10, duration=10, designs="HH", jobs=1)
     some = plan(goal="max-throughput", budget_power="1xH100", duration=10, designs="HH,H100", jobs=1)
     none = replace(some, designs=tuple(d for d in some.designs if d.design == "splitwise-hh"))   # all infeasible

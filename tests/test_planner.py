@@ -9,11 +9,12 @@ import pytest
 from splitwise_plan import PlanRequest, plan
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan import plan_reports, planner
-from splitwise_plan.planner import budget_points, gain_text, DesignPlan, Inputs
-from splitwise_plan.search import passes
-from splitwise_plan.simulator import Simulator
-from splitwise_plan.workloads import load_workload
+from splitwise_plan.report import plan as plan_reports
+from splitwise_plan.planning import planner
+from splitwise_plan.planning.planner import budget_points, gain_text, DesignPlan, Inputs
+from splitwise_plan.search.evaluator import passes
+from splitwise_plan.sim.simulator import Simulator
+from splitwise_plan.inputs.workloads import load_workload
 
 SMALL = dict(rps=10, duration=20, designs="HH,H100", jobs=1,
              limits=(("HH", 10, 6), ("H100", 20, 0)), search_method="fluid")
@@ -55,9 +56,9 @@ def test_min_power_minimizes_power_where_cost_orders_the_points_otherwise(write)
     min-power answer is its grid's least-power passing point, its min-cost answer the least-cost one, they
     differ for Splitwise-HA, and the winners are ranked by each goal's own number (the only min-power test
     planned all-H100 designs, whose cost and power order every point alike)."""
-    from splitwise_plan.machines import load_machines
-    from splitwise_plan.simulator import Simulator
-    from splitwise_plan.workloads import load_workload
+    from splitwise_plan.inputs.machines import load_machines
+    from splitwise_plan.sim.simulator import Simulator
+    from splitwise_plan.inputs.workloads import load_workload
     f = write("m.toml", "[machines.dgx-a100]\npower = 60\ncost = 1.5\n")
     n = 12
     kw = dict(rps=25, duration=20, designs="HA,HH,AA", jobs=1, limits=(("HA", n, n), ("HH", n, n), ("AA", 2 * n, n)),
@@ -87,15 +88,15 @@ def test_the_answer_steps_down_to_a_cheaper_point_the_search_failed_and_the_orac
     # At 70 req/s of coding the fluid search fails Splitwise-AA 55+6 (tightest SLO 1.12x of its
     # limit) where the discrete-event oracle holds it (0.997x): the planner confirms the search's
     # 55+7, then must step down to 55+6, where the oracle fails both cheaper neighbours.
-    from splitwise_plan.simulator import Simulator
-    from splitwise_plan.workloads import load_workload
+    from splitwise_plan.sim.simulator import Simulator
+    from splitwise_plan.inputs.workloads import load_workload
     aa = plan(goal="min-cost", rps=70, designs="AA", jobs=1).get("AA")
     assert (aa.status, aa.prompt, aa.token) == ("ok", 55, 6) and "search: 55+7" in aa.note
     oracle = Simulator(load_workload("coding").generate(70, duration_s=120, seed=0), method="events")
     assert oracle.run("AA", 55, 6).slo_met and aa.result.slo_met
     assert not oracle.run("AA", 54, 6).slo_met and not oracle.run("AA", 55, 5).slo_met
     # the CSV keeps each confirmation, the rejected ones too, with the oracle's numbers: the evidence
-    from splitwise_plan.plan_reports import csv_rows
+    from splitwise_plan.report.plan import csv_rows
     res = plan(goal="min-cost", rps=70, designs="AA", jobs=1, done={"AA": aa})   # (the plan above, reported)
     confirm = {(r["prompt_machines"], r["token_machines"]): r for r in csv_rows(res) if r["phase"] == "confirm"}
     assert [pt for pt, r in confirm.items() if r["chosen"]] == [(55, 6)] and confirm[(55, 7)]["slo_met"]
@@ -210,7 +211,7 @@ def test_max_throughput_answers_the_confirm_simulators_highest_rate():
 
 def test_budget_points_are_the_maximal_designs():
     inp = Inputs.load(PlanRequest(goal="min-cost", rps=1, designs="HH,HA"))
-    from splitwise_plan.designs import get_design
+    from splitwise_plan.inputs.designs import get_design
     pts = budget_points(inp, get_design("HH"), "power", 40 * 44.0, 40, 39)
     assert pts == [(p, 40 - p) for p in range(1, 40)]
     ha = budget_points(inp, get_design("HA"), "cost", 10 * 4.76, 10, 21)
@@ -233,8 +234,8 @@ def test_seeds_search_over_the_same_streams_as_confirmation():
     # Splitwise-HA at 70 req/s over three 60 s streams: searched on the first stream alone, its
     # eight best points each failed one of the others under the oracle, and the design was given up
     # as unconfirmed although some of its designs hold on all three (28+2 among them).
-    from splitwise_plan.simulator import Simulator
-    from splitwise_plan.workloads import load_workload
+    from splitwise_plan.sim.simulator import Simulator
+    from splitwise_plan.inputs.workloads import load_workload
     d = plan(goal="min-cost", rps=70, designs="HA", duration=60, seeds=3, jobs=1).get("HA")
     assert d.status == "ok", d.note
     for seed in (0, 1, 2):
@@ -251,9 +252,9 @@ def test_a_plan_over_seeds_reports_its_answers_worst_stream():
     """Over three streams the report gives each answer's worst: its tightest SLO ratio is the highest of
     the three streams' own (simulated here apart from the plan), and its title says so. The test above
     could not tell: it compared the stream the report itself named."""
-    from splitwise_plan import plan_reports
-    from splitwise_plan.simulator import Simulator
-    from splitwise_plan.workloads import load_workload
+    from splitwise_plan.report import plan as plan_reports
+    from splitwise_plan.sim.simulator import Simulator
+    from splitwise_plan.inputs.workloads import load_workload
     res = plan(goal="min-cost", rps=20, designs="H100", duration=30, seeds=3, seed=4, jobs=1)
     d = res.get("H100")
     assert d.status == "ok", d.note
@@ -269,8 +270,8 @@ def test_max_throughput_searches_over_every_seeds_stream():
     """Within 400 power units (Splitwise-HH 8+1 is 396), over two 30 s streams: the search ran on the
     first stream alone, so its rates were the first stream's, and the answer stopped at 17.5 req/s,
     below the 18 that 8+1 holds on both streams under the oracle."""
-    from splitwise_plan.simulator import Simulator
-    from splitwise_plan.workloads import load_workload
+    from splitwise_plan.sim.simulator import Simulator
+    from splitwise_plan.inputs.workloads import load_workload
 
     def holds(rate, pt):
         return all(Simulator(load_workload("coding").generate(rate, duration_s=30, seed=s), method="events")
@@ -382,7 +383,7 @@ def test_a_design_whose_hardware_has_no_profile_is_infeasible_and_the_others_are
     """A user's profile table without the power-capped H100: the whole plan failed on the default designs,
     which the user never chose; now Splitwise-HHcap alone is infeasible, saying why."""
     import pandas as pd
-    from splitwise_plan.paths import data_file
+    from splitwise_plan.inputs.paths import data_file
     table = pd.read_csv(data_file("profiles", "perf_model.csv"))
     mine = tmp_path / "no-pcap.csv"
     table[table.hardware != "h100-80gb-pcap"].to_csv(mine, index=False)
@@ -425,7 +426,7 @@ def test_designs_of_the_users_own_machine_types(tmp_path):
     """A machine type of her catalog plans as PROMPT:TOKEN or baseline:MACHINE. One that is a DGX-H100
     at twice the price and power has every key doubled: the same machine counts as Splitwise-HH and
     Baseline-H100, at twice their cost."""
-    from splitwise_plan.designs import get_design
+    from splitwise_plan.inputs.designs import get_design
     cat = tmp_path / "mine.toml"
     cat.write_text('[machines.my-h100]\nhardware = "H100-80GB"\ngpus = 8\nhbm_gib_per_gpu = 80\n'
                    'cost = 9.52\npower = 88.0\n')
@@ -530,7 +531,7 @@ def test_a_record_that_is_not_one_is_one_user_error():
 
 def test_a_machine_dict_naming_one_machine_twice_by_case_is_refused():
     import dataclasses
-    from splitwise_plan.machines import BUILTIN_MACHINES
+    from splitwise_plan.inputs.machines import BUILTIN_MACHINES
     cat = {**BUILTIN_MACHINES, "DGX-H100": dataclasses.replace(BUILTIN_MACHINES["dgx-h100"], cost=1.0)}
     with pytest.raises(SplitwisePlanError, match=r"names one machine twice \(DGX-H100, dgx-h100"):
         plan(goal="min-cost", **dict(SMALL, machines_file=cat))
@@ -538,7 +539,7 @@ def test_a_machine_dict_naming_one_machine_twice_by_case_is_refused():
 
 def test_a_rejection_note_never_rounds_a_ratio_onto_the_other_side_of_its_limit():
     """A miss at 1.000088 of its limit read '1.000' in the notes, and a pass at 0.99996 did too."""
-    from splitwise_plan.planner import _ratio_text
+    from splitwise_plan.planning.planner import _ratio_text
     assert [_ratio_text(r) for r in (0.997, 1.000088, 0.99996, 1.0, 1.25)] == [
         "0.997", "1.000088", "0.999960", "1.000", "1.250"]
 

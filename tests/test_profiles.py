@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from splitwise_plan import SplitwisePlanError, load_profiles, profile_accuracy
-from splitwise_plan.paths import data_file
+from splitwise_plan.inputs.paths import data_file
 
 HEADER = "model,hardware,prompt_size,batch_size,token_size,prompt_time,token_time,tensor_parallel\n"
 # Two batch_tokens points (128, 256) of a toy model on a toy GPU.
@@ -156,7 +156,7 @@ def test_unknown_names_list_what_exists(shipped, args, needle):
 def test_extrapolation_is_the_references_until_it_would_reach_zero():
     """Linear extrapolation as the reference does; where a falling profile would reach zero or
     negative times (once: negative utilization), a thousandth of its fastest batch instead."""
-    from splitwise_plan.latency_model import PhaseCurve
+    from splitwise_plan.perf.latency_model import PhaseCurve
 
     falling = PhaseCurve(np.array([1.0, 2.0]), np.array([1.0, 0.5]))
     rising = PhaseCurve(np.array([10.0, 20.0]), np.array([1.0, 2.0]))
@@ -169,8 +169,8 @@ def test_extrapolation_is_the_references_until_it_would_reach_zero():
 def test_names_in_a_users_profile_match_in_any_case(tmp_path):
     """BLOOM-176B and DGX hardware spelled in capitals (or half of the rows so) are the same
     model and hardware: one entry each, the same latencies, the default SLOs' reference found."""
-    from splitwise_plan.simulator import Simulator
-    from splitwise_plan.workloads import load_workload
+    from splitwise_plan.sim.simulator import Simulator
+    from splitwise_plan.inputs.workloads import load_workload
     df = pd.read_csv(data_file("profiles", "perf_model.csv"))
     df.loc[::2, "model"] = df.loc[::2, "model"].str.upper()
     df["hardware"] = df["hardware"].str.upper()

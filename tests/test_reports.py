@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from splitwise_plan import reports
-from splitwise_plan.cluster_file import load_cluster, parse_cluster
+from splitwise_plan.report import files
+from splitwise_plan.report import formats as reports
+from splitwise_plan.inputs.cluster_file import load_cluster, parse_cluster
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.plots import check_plot_path, optimum, write_plot, design_point
-from splitwise_plan.progress import progress
-from splitwise_plan.reports import (SCHEMA_VERSION, atomic_open, atomic_write_text, build_report,
-                                    check_writable, csv_text, write_csv, write_json)
+from splitwise_plan.report.plots import check_plot_path, optimum, write_plot, design_point
+from splitwise_plan.cli.progress import progress
+from splitwise_plan.report.formats import SCHEMA_VERSION, atomic_open, atomic_write_text, build_report, csv_text, write_csv, write_json
+from splitwise_plan.report.files import check_writable
 
 
 def _leftovers(folder):
@@ -68,7 +69,7 @@ def test_os_error_on_replace_is_one_line_user_error(tmp_path, monkeypatch):
     def fail(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(reports.os, "replace", fail)
+    monkeypatch.setattr(files.os, "replace", fail)
     with pytest.raises(SplitwisePlanError, match="No space left"):
         write_csv(p, [{"a": 1}])
     assert p.read_text() == "old"

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.simulator import Simulator
-from splitwise_plan.workloads import RequestStream, load_trace, load_workload
+from splitwise_plan.sim.simulator import Simulator
+from splitwise_plan.inputs.workloads import RequestStream, load_trace, load_workload
 
 GIB = 1024**3
 BLOOM_KV = 2 * 14336 * 70 * 2          # bytes per token
@@ -40,7 +40,7 @@ def test_single_request_splitwise_is_prompt_transfer_and_decode(method):
 ])
 def test_the_kv_transfer_mode_and_bandwidth_set_the_time_between_prompt_and_decode(method, transfer, bandwidth,
                                                                                    seconds_per_byte):
-    from splitwise_plan.cluster import SchedulerConfig
+    from splitwise_plan.sim.cluster import SchedulerConfig
     sched = SchedulerConfig.with_transfer(transfer, bandwidth)
     sim = Simulator(_one(1500, 20), method=method, scheduler=sched)
     h100 = sim.profiles.latency_model("bloom-176b", "h100-80gb")
@@ -57,7 +57,7 @@ def test_the_kv_transfer_mode_and_bandwidth_set_the_time_between_prompt_and_deco
 
 def test_fluid_tracks_the_oracle_over_a_slow_kv_link():
     # 12.5 GiB/s: a 1,500-token prompt's KV cache takes ~0.45 s to move, as long as its prompt phase
-    from splitwise_plan.cluster import SchedulerConfig
+    from splitwise_plan.sim.cluster import SchedulerConfig
     stream = load_workload("coding").generate(15.0, duration_s=40.0, seed=3)
     slow = SchedulerConfig.with_transfer("serialized", 12.5)
     fluid = Simulator(stream, method="fluid", scheduler=slow).run("HH", 6, 2)
@@ -113,7 +113,7 @@ def test_an_overloaded_designs_unfinished_requests_are_marked():
 def test_the_oracle_stops_an_overloaded_design_without_changing_what_finished(design, n_prompt, n_token):
     # Run to the end, the oracle lets some prompt wait past the overload limit; stopped there, it must
     # give every request that finished before the stop the very latencies of the full run.
-    from splitwise_plan.oracle import simulate_events
+    from splitwise_plan.sim.events.engine import simulate_events
     stream = load_workload("coding").generate(40.0, duration_s=60.0, seed=1)
     sim = Simulator(stream, method="events")
     cluster = sim.cluster(design, n_prompt, n_token)
@@ -130,7 +130,7 @@ def test_the_oracle_stops_an_overloaded_design_without_changing_what_finished(de
 
 
 def test_the_oracle_leaves_a_design_that_keeps_up_unchanged():
-    from splitwise_plan.oracle import simulate_events
+    from splitwise_plan.sim.events.engine import simulate_events
     stream = load_workload("coding").generate(20.0, duration_s=30.0, seed=1)
     cluster = Simulator(stream).cluster("HH", 8, 2)
     full, cut = simulate_events(cluster, stream), simulate_events(cluster, stream, overload_s=30.0)
@@ -330,7 +330,7 @@ def test_baselines_that_need_many_decode_slots_leave_the_batch_and_keep_their_ow
     """A baseline batch tracks the decode slots of its busiest machine for every design: past
     ``fluid._FEW_SLOTS`` the designs that need more leave it (while more stay than leave) and run
     in a pass of their own, and every design's result is still the one it gets alone."""
-    from splitwise_plan import fluid
+    from splitwise_plan.sim.fluid import model as fluid
     monkeypatch.setattr(fluid, "_FEW_SLOTS", 8)
     monkeypatch.setattr(fluid, "_STAY", 2)
     passes = []
@@ -419,7 +419,7 @@ def test_a_decode_waiting_for_kv_memory_counts_in_the_early_verdict():
     # makes decodes wait for memory, which fails TBT P90. The wait is known as the decode is
     # routed and never shrinks, so the verdict stops those designs early (they ran to the end
     # when it read only the transfer and the undelayed decode), and every verdict stays the full run's.
-    from splitwise_plan.cluster import SchedulerConfig
+    from splitwise_plan.sim.cluster import SchedulerConfig
 
     stream = load_workload("conversation").generate(40.0, duration_s=60.0, seed=3)
     strict = SchedulerConfig(mixed_pool=False)
@@ -442,7 +442,7 @@ def test_a_decode_waits_out_the_prompt_batches_of_its_machine():
     # Hand-computed: prompt batches run on machine 0 at [1, 2] and [2.5, 3]; a decode there
     # from t=0.5 needing 1.0 s of the machine runs 0.5-1, waits 1-2, runs 2-2.5: it waits 1.0 s.
     # A second decode from 0.5 needing 2.0 s also waits out the second batch: 1.5 s.
-    from splitwise_plan.fluid import _MachineBusy
+    from splitwise_plan.sim.fluid.model import _MachineBusy
 
     bstart = np.array([[1.0], [2.5], [0.0], [0.0]])
     bdur = np.array([[1.0], [0.5], [0.0], [0.0]])
@@ -464,7 +464,7 @@ def test_more_prompt_machines_never_raise_ttft_much():
 
 
 def test_percentiles_are_numpys_linear_percentiles_with_unfinished_requests_as_inf():
-    from splitwise_plan.metrics import percentiles
+    from splitwise_plan.sim.metrics import percentiles
     rng = np.random.default_rng(0)
     v = rng.lognormal(size=(6, 999))
     v[1, 600:] = np.nan                  # 40% unfinished: P90 and P99 are unfinished, P50 is not
@@ -480,7 +480,7 @@ def test_percentiles_are_numpys_linear_percentiles_with_unfinished_requests_as_i
 
 
 def test_a_parallel_sweep_gives_the_serial_results_and_reports_every_point(monkeypatch):
-    from splitwise_plan import fluid
+    from splitwise_plan.sim.fluid import model as fluid
     monkeypatch.setattr(fluid, "_MAX_PASS", 4)   # several parts a worker, each one fluid pass
     stream = load_workload("coding").generate(10.0, duration_s=10.0, seed=0)
     sim = Simulator(stream)
@@ -519,7 +519,7 @@ def test_a_parallel_run_works_here_too_and_a_stop_keeps_what_the_workers_finishe
     # finished (a sweep keeps them in its checkpoint), then ends the workers
     from joblib.externals import loky
 
-    from splitwise_plan import fluid
+    from splitwise_plan.sim.fluid import model as fluid
     monkeypatch.setattr(fluid, "_MAX_PASS", 3)
     workers = _InlineWorkers()
     monkeypatch.setattr(loky, "get_reusable_executor", lambda max_workers: workers)
@@ -556,7 +556,7 @@ def test_a_parallel_run_works_here_too_and_a_stop_keeps_what_the_workers_finishe
 def test_fluid_passes_take_designs_of_alike_width_and_each_point_gets_its_own_result(monkeypatch):
     # run to the end, the passes take the designs narrowest first (a pass's arrays are as wide as its
     # widest design); whatever the order the points come in, each gets the result it gets alone
-    from splitwise_plan import fluid
+    from splitwise_plan.sim.fluid import model as fluid
     monkeypatch.setattr(fluid, "_MAX_PASS", 4)
     widths = []
     real = fluid.simulate_fluid
@@ -581,7 +581,7 @@ def test_fluid_passes_take_designs_of_alike_width_and_each_point_gets_its_own_re
     (1521, 8502, 1, 78), (1521, 8502, 2, 78), (254, 8502, 1, 0), (3, 8502, 2, 0), (600, 42000, 2, 40),
     (40, 2_000_000, 1, 0), (513, 10, 1, 0), (121, 700, 1, 20_020), (400, 8502, 2, 2_000)])
 def test_fluid_passes_fit_the_memory_budget_and_cost_alike(n_designs, n_requests, jobs, machines):
-    from splitwise_plan import fluid
+    from splitwise_plan.sim.fluid import model as fluid
     size = fluid.pass_size(n_designs, n_requests, jobs, machines)
     parts = -(-n_designs // size)
     assert size <= fluid._MAX_PASS
@@ -596,7 +596,7 @@ def test_fluid_passes_fit_the_memory_budget_and_cost_alike(n_designs, n_requests
 
 def test_a_run_takes_workers_only_where_they_gain_and_memory_holds_them(monkeypatch):
     import os
-    from splitwise_plan import fluid
+    from splitwise_plan.sim.fluid import model as fluid
     short = Simulator(load_workload("coding").generate(5.0, duration_s=10.0, seed=0))
     assert short.default_jobs(6) == 1                       # a fraction of a second of work: no workers
     sim = Simulator(load_workload("coding").generate(70.0, duration_s=120.0, seed=0))
@@ -678,7 +678,7 @@ def test_a_prompt_batch_counts_its_first_prompts_until_the_batch_ends(method):
     limit and E borrows the token machine. The fluid model retired C at the end C alone would have had,
     saw 1950 pending and queued E behind F (0.38 s, where the oracle reads 0.14 s)."""
     from dataclasses import replace
-    from splitwise_plan.cluster import SchedulerConfig
+    from splitwise_plan.sim.cluster import SchedulerConfig
     sched = replace(SchedulerConfig(), prompt_max_pending_tokens=3100)
     sim = Simulator(_one(1, 1), scheduler=sched, method=method)
     prompt = sim.latency(sim.machine("dgx-h100")).prompt_time
@@ -763,7 +763,7 @@ def test_a_splitwise_machine_runs_one_instance_per_tensor_parallel_group(method)
     HH 8+8 of 2-GPU machines at a quarter of the price; it used to be two big instances a pool, which
     queued every prompt (TTFT P50 10.7 s against 0.22 s)."""
     from dataclasses import replace
-    from splitwise_plan.machines import BUILTIN_MACHINES
+    from splitwise_plan.inputs.machines import BUILTIN_MACHINES
     stream = load_workload("coding").generate(15.0, duration_s=40.0, seed=1)
     whole = Simulator(stream, "llama2-70b", tensor_parallel=2, method=method)
     small = {k: replace(m, gpus=2, cost=m.cost / 4, power=m.power / 4) for k, m in BUILTIN_MACHINES.items()}
@@ -785,7 +785,7 @@ def test_a_machine_holds_only_whole_tensor_parallel_instances(write):
     from splitwise_plan import plan
     from splitwise_plan.errors import SplitwisePlanError
     from dataclasses import replace
-    from splitwise_plan.machines import BUILTIN_MACHINES
+    from splitwise_plan.inputs.machines import BUILTIN_MACHINES
     stream = load_workload("coding").generate(5.0, duration_s=10.0, seed=0)
     six = {k: replace(m, gpus=6) for k, m in BUILTIN_MACHINES.items()}
     c = Simulator(stream, "llama2-70b", tensor_parallel=4, machines=six).cluster("HH", 3, 2)
@@ -804,7 +804,7 @@ def _small_token_machines(hbm_gib: int) -> dict:
     """The shipped machines, and a DGX-A100 of ``hbm_gib`` GiB GPUs as token machine: BLOOM-176B's
     weights leave it little KV room (14.6 GB at 40 GiB: about 3,600 tokens)."""
     from dataclasses import replace
-    from splitwise_plan.machines import BUILTIN_MACHINES
+    from splitwise_plan.inputs.machines import BUILTIN_MACHINES
     small = replace(BUILTIN_MACHINES["dgx-a100"], name="a100-small", hbm_bytes_per_gpu=hbm_gib * 2**30)
     return {**BUILTIN_MACHINES, "a100-small": small}
 
@@ -842,7 +842,7 @@ def test_strict_pools_keep_each_phase_on_its_own_pool_in_both_simulators():
     prompts; with strict pools both fail, in the oracle and the fluid model alike, and a design whose
     pools carry their own phase (27+3) still holds."""
     from dataclasses import replace
-    from splitwise_plan.cluster import SchedulerConfig
+    from splitwise_plan.sim.cluster import SchedulerConfig
     stream = load_workload("coding").generate(70, duration_s=60, seed=0)
     strict = replace(SchedulerConfig(), mixed_pool=False)
     points = [("HH", 28, 1), ("HH", 22, 8), ("HH", 27, 3)]
@@ -877,7 +877,7 @@ def test_a_decodes_wait_for_memory_counts_only_the_kv_caches_already_there():
     the oracle never delays: it read TBT P90 a mean 40% high for Splitwise-HA 30+3 over four streams and
     failed it on one the oracle passes. Both designs now read within 10% of the oracle, and agree."""
     from dataclasses import replace
-    from splitwise_plan.cluster import SchedulerConfig
+    from splitwise_plan.sim.cluster import SchedulerConfig
     strict = replace(SchedulerConfig(), mixed_pool=False)
     points = [("HH", 30, 3), ("HA", 30, 3)]
     pairs = {p: [] for p in points}
@@ -898,7 +898,7 @@ def test_requests_left_waiting_when_the_events_run_out_are_flagged():
     while the token machines hold it: the prompt waits for memory forever on its only possible machine.
     The run ends with it unfinished and the overflow flagged, never a silent loss."""
     from dataclasses import replace
-    from splitwise_plan.cluster import SchedulerConfig
+    from splitwise_plan.sim.cluster import SchedulerConfig
     stream = RequestStream(np.array([0.0, 1.0]), np.array([6_000, 500]), np.array([10, 10]))
     strict = replace(SchedulerConfig(), mixed_pool=False)
     sim = Simulator(stream, machines=_small_token_machines(40), scheduler=strict, method="events")
@@ -968,7 +968,7 @@ def test_designs_past_the_first_few_of_a_batch_get_their_own_decode_waits():
     """The decode waits are worked out a few designs at a time (``fluid._POST_DESIGNS``): designs of
     the second group, of other sizes and fates than those at their places in the first, are still
     each their own, as simulated alone."""
-    from splitwise_plan import fluid
+    from splitwise_plan.sim.fluid import model as fluid
     stream = load_workload("coding").generate(40.0, duration_s=20.0, seed=3)
     sim = Simulator(stream, method="fluid")
     first = [("HH", 12 + k % 5, 2 + k % 3) for k in range(fluid._POST_DESIGNS)]
@@ -1002,7 +1002,7 @@ def test_workers_are_born_deaf_to_the_terminals_signals():
     import signal
     from joblib import Parallel, delayed
     from joblib.externals.loky import get_reusable_executor
-    from splitwise_plan.simulator import starting_workers
+    from splitwise_plan.sim.simulator import starting_workers
     get_reusable_executor().shutdown(wait=True)   # workers of this test's own
     with starting_workers():
         masks = Parallel(n_jobs=2, return_as="generator")(delayed(_blocked_signals)() for _ in range(4))
@@ -1017,7 +1017,7 @@ def test_an_slo_limit_near_the_largest_float_is_a_limit_like_any_other():
     """An SLO of 1e308x makes the overload wait (limit x reference latency) overflow to inf: the fluid
     model's release ring was sized from it and raised OverflowError (the planner and sweep exited 3).
     Such a limit holds for every design, as in the oracle."""
-    from splitwise_plan.slos import SLO, SLOSet
+    from splitwise_plan.inputs.slos import SLO, SLOSet
     stream = load_workload("coding").generate(10.0, duration_s=10.0, seed=0)
     slos = SLOSet((SLO("ttft", 50, 1e308),))
     fluid = Simulator(stream, slos=slos, method="fluid").run_many("HH", [(1, 1), (2, 2)])
@@ -1049,7 +1049,7 @@ def test_the_fluid_model_marks_an_overloaded_baseline_as_the_oracle_does():
 def test_a_baseline_machine_counts_its_decodes_past_255():
     """The fluid baseline counts a machine's decodes a 64-slot word at a time; the count of a word is
     8 bits, and their sum once wrapped at 256: an overloaded machine with 300 decodes read 44."""
-    from splitwise_plan.fluid import _count
+    from splitwise_plan.sim.fluid.model import _count
 
     flags = np.zeros((2, 3, 512), dtype=bool)
     flags[0, 1, :300] = True

@@ -145,8 +145,8 @@ def test_slowdowns_are_against_the_slo_files_reference_tensor_parallelism(write)
     """An SLO file's reference_tensor_parallel = 4: a lone request's TTFT slowdown is its TTFT over its
     prompt's time on a DGX-A100 at TP4, not at TP8 (which no test told apart from a fixed 8)."""
     from pathlib import Path
-    from splitwise_plan.simulator import Simulator
-    from splitwise_plan.workloads import RequestStream
+    from splitwise_plan.sim.simulator import Simulator
+    from splitwise_plan.inputs.workloads import RequestStream
     paper = (Path(__file__).resolve().parents[1] / "slos" / "paper.toml").read_text()
     text = paper.replace("reference_tensor_parallel = 8", "reference_tensor_parallel = 4")
     assert text != paper
@@ -161,7 +161,7 @@ def test_slowdowns_are_against_the_slo_files_reference_tensor_parallelism(write)
 
 def test_an_slo_files_reference_error_names_the_file(write):
     """A user's copy of paper.toml keeps name = "paper": the error named the shipped set, not the file."""
-    from splitwise_plan.profiles import load_profiles
+    from splitwise_plan.perf.profiles import load_profiles
     slos = load_slos(write("mine.toml", 'name = "paper"\nreference_hardware = "tpu"\n[ttft]\np50 = 2\n'))
     with pytest.raises(SplitwisePlanError, match=r"the reference of SLO file .*mine\.toml;"):
         slos.reference_model(load_profiles(), "bloom-176b")

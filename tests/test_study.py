@@ -24,11 +24,13 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-from splitwise_plan import study as st
+from splitwise_plan.planning import stored
+from splitwise_plan.search import storage as st
+from splitwise_plan.search.storage import heartbeat, urls
 from splitwise_plan.cli import app, main
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.planner import PlanRequest, plan
-from splitwise_plan.search import Evaluator, Space, exhaustive_search, optuna_search
+from splitwise_plan.planning.planner import PlanRequest, plan
+from splitwise_plan.search.strategies import Evaluator, Space, exhaustive_search, optuna_search
 
 REPO = Path(__file__).resolve().parents[1]
 PG_ENV = "SPLITWISE_TEST_POSTGRES"
@@ -133,8 +135,8 @@ def test_storage_urls(tmp_path, monkeypatch):
 
 def test_result_round_trip():
     """A trial keeps the whole simulation result; the one read back is equal."""
-    from splitwise_plan.simulator import Simulator
-    from splitwise_plan.workloads import load_workload
+    from splitwise_plan.sim.simulator import Simulator
+    from splitwise_plan.inputs.workloads import load_workload
 
     sim = Simulator(load_workload("coding").generate(10, 20, 0), method="fluid")
     r = sim.run("HH", 3, 2)
@@ -209,14 +211,14 @@ def test_trials_of_dead_workers_are_failed(tmp_path, monkeypatch):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     crashed = study.ask()
-    crashed.set_user_attr(st.WORKER_ATTR, f"{st._HOST}|{gone.pid}|dead00")     # this machine, process gone
+    crashed.set_user_attr(st.WORKER_ATTR, f"{heartbeat._HOST}|{gone.pid}|dead00")     # this machine, process gone
     crashed.suggest_int("prompt", 1, 39), crashed.suggest_int("token", 1, 69)
     remote = study.ask()
     rdb.record_heartbeat(remote._trial_id)
     remote.set_user_attr(st.WORKER_ATTR, "elsewhere|0|1|remote")              # another machine: heartbeat
     remote.suggest_int("prompt", 1, 39), remote.suggest_int("token", 1, 69)
     assert st.fail_stale(study, rdb) == 1                                      # the dead local process only
-    monkeypatch.setattr(st, "GRACE_PERIOD", 1)
+    monkeypatch.setattr(heartbeat, "GRACE_PERIOD", 1)
     time.sleep(2.2)
     assert st.fail_stale(study, rdb) == 1                                      # the silent remote one
     res = optuna_search(Evaluator(run=Oracle(HA_LIKE)), space, n_trials=24, batch=8, seed=0, storage=url,
@@ -275,17 +277,17 @@ def test_a_point_another_worker_is_simulating_is_not_simulated_twice(tmp_path, o
 def test_a_study_keeps_its_question(tmp_path):
     url = f"sqlite:///{tmp_path / 'plan.db'}"
     req = small_request(url, "q")
-    name = st.prepare(req, "HH")
+    name = stored.prepare(req, "HH")
     assert name == "q/HH" and st.study_names(url, "q") == ["q/HH"]
     with pytest.raises(SplitwisePlanError, match="another question"):
-        st.prepare(small_request(url, "q", rps=11), "HH")
+        stored.prepare(small_request(url, "q", rps=11), "HH")
     attrs = load(url, name).user_attrs[st.ATTR]
     assert attrs["request"]["rps"] == 10 and attrs["design"] == "splitwise-hh" and attrs["n_trials"] == 24
-    ev, space = st.rebuild(attrs)
+    ev, space = stored.rebuild(attrs)
     assert space.p_range == (1, 12) and space.t_range == (1, 10) and ev.method == "events"
     # the default name is derived from the inputs, and differs when they differ
-    a = st.study_name(small_request(url, None), "HH", "events")
-    b = st.study_name(small_request(url, None, seed=1), "HH", "events")
+    a = stored.study_name(small_request(url, None), "HH", "events")
+    b = stored.study_name(small_request(url, None, seed=1), "HH", "events")
     assert a != b and a.startswith("min-cost-bloom-176b-coding-10rps-20s-seed0-") and a.endswith("/HH")
 
 
@@ -301,7 +303,7 @@ def test_two_worker_processes_share_a_study(storage_url):
     procs = [start_worker(storage_url, name, "--batch", "4", "--wait", "120") for _ in range(2)]
     for p in procs:
         assert "waiting up to 120 s" in p.stderr.readline()
-    assert st.prepare(req, "HH", n_trials=64) == name
+    assert stored.prepare(req, "HH", n_trials=64) == name
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=300)
@@ -329,7 +331,7 @@ def test_killed_worker_then_resume(tmp_path):
     """kill -9 in the middle of a worker's run; the planner goes on, fails the dead trials, same answer."""
     url = f"sqlite:///{tmp_path / 'plan.db'}"
     req = small_request(url, "kill")
-    name = st.prepare(req, "HH", n_trials=400)
+    name = stored.prepare(req, "HH", n_trials=400)
     for _ in range(5):   # a batch may end between reading RUNNING and the kill: then a worker is killed again
         p = start_worker(url, name, "--batch", "4")
         deadline = time.monotonic() + 120
@@ -509,14 +511,14 @@ def test_a_study_remembers_its_kv_transfer_and_keeps_older_names():
     # their names; any other link is part of the question a worker rebuilds
     plain = PlanRequest(goal="min-cost", rps=70)
     # the name the command line's --rps 70 (a float) always gave; an int from Python is the same question
-    assert st.study_prefix(plain, "fluid") == "min-cost-bloom-176b-coding-70rps-120s-seed0-6d0d1a6a"
-    assert {st.study_prefix(PlanRequest(rps=v), "fluid") for v in (70, 70.0, "70", np.int64(70))} == {
-        st.study_prefix(plain, "fluid")}
-    assert "transfer" not in st.request_attrs(plain, "fluid")[0]
+    assert stored.study_prefix(plain, "fluid") == "min-cost-bloom-176b-coding-70rps-120s-seed0-6d0d1a6a"
+    assert {stored.study_prefix(PlanRequest(rps=v), "fluid") for v in (70, 70.0, "70", np.int64(70))} == {
+        stored.study_prefix(plain, "fluid")}
+    assert "transfer" not in stored.request_attrs(plain, "fluid")[0]
     slow = PlanRequest(goal="min-cost", rps=70, transfer="layerwise", bandwidth=12.5)
-    r, _ = st.request_attrs(slow, "fluid")
+    r, _ = stored.request_attrs(slow, "fluid")
     assert (r["transfer"], r["bandwidth"]) == ("layerwise", 12.5)
-    assert st.study_prefix(slow, "fluid") != st.study_prefix(plain, "fluid")
+    assert stored.study_prefix(slow, "fluid") != stored.study_prefix(plain, "fluid")
     r = dict(r, limits=(), designs=("HH",))
     assert PlanRequest(**r).scheduler == slow.scheduler
 
@@ -524,7 +526,7 @@ def test_a_study_remembers_its_kv_transfer_and_keeps_older_names():
 def test_processes_that_open_a_new_storage_at_once_all_get_it(tmp_path):
     """Planners and workers started together on a new SQLite file race to create its tables; the
     loser used to fail ('UNIQUE constraint failed: alembic_version'). Each now opens the tables."""
-    code = "import sys; from splitwise_plan.study import open_storage; open_storage(sys.argv[1])"
+    code = "import sys; from splitwise_plan.search.storage import open_storage; open_storage(sys.argv[1])"
     for k in range(2):
         url = f"sqlite:///{tmp_path / f'race{k}.db'}"
         procs = [subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE, text=True)
@@ -545,14 +547,14 @@ def test_opening_a_storage_another_process_is_creating_waits_for_its_tables(tmp_
         return real(*a, **k)
 
     monkeypatch.setattr(optuna.storages, "RDBStorage", racing)
-    monkeypatch.setattr(st, "_STORAGES", {})
+    monkeypatch.setattr(urls, "_STORAGES", {})
     assert st.open_storage(f"sqlite:///{tmp_path / 'new.db'}") is not None
 
     def broken(*a, **k):
         raise RuntimeError("disk I/O error")
 
     monkeypatch.setattr(optuna.storages, "RDBStorage", broken)   # any other error: at once, one line
-    monkeypatch.setattr(st, "_STORAGES", {})
+    monkeypatch.setattr(urls, "_STORAGES", {})
     with pytest.raises(SplitwisePlanError, match="cannot open the database: disk I/O error"):
         st.open_storage(f"sqlite:///{tmp_path / 'other.db'}")
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from splitwise_plan import RequestStream, SplitwisePlanError, load_trace, load_workload, workload_names
-from splitwise_plan.paths import data_file
+from splitwise_plan.inputs.paths import data_file
 
 SHA256 = {"coding.csv": "54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6",
           "conversation.csv": "2f1e5b666d4e3055fdbba98598ce2ec307767b9064e03e2fa46676dbcc7d0bf8"}

@@ -1,0 +1,20 @@
+"""The ``splitwise-plan`` command line: a thin layer over the Python API.
+
+Every command reports a ``SplitwisePlanError`` as one line ``error: <message>`` on stderr and exits
+with status 2. :mod:`.app` holds the ``app`` and its error handling; :mod:`.options`, :mod:`.output`
+and :mod:`.inputs` what the commands share; one module per command group registers its commands on
+``app`` when imported here: :mod:`.plan` (the root planner), :mod:`.catalog`, :mod:`.simulate`
+(simulate, sweep), :mod:`.check` (check, capacity) and :mod:`.worker`. :func:`main` is the entry point.
+"""
+
+import importlib
+
+from splitwise_plan.cli.app import app
+from splitwise_plan.cli.main import main
+
+#: The command modules, in the order ``--help`` lists their commands; importing one registers them on ``app``.
+COMMAND_MODULES = ("plan", "catalog", "simulate", "check", "worker")
+for _module in COMMAND_MODULES:
+    importlib.import_module(f"{__name__}.{_module}")
+
+__all__ = ["COMMAND_MODULES", "app", "main"]

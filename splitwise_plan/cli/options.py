@@ -1,0 +1,138 @@
+"""The options the commands share, with their defaults and help in one place.
+
+Each ``opt_*`` returns a fresh ``typer.Option``; :func:`optional_values` lets ``--json`` go without
+a file (standard output).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.errors import positive_number
+import os
+
+AUTO = "auto"   # --method of a grid: fluid where it reads the design reliably, else events
+
+
+STDOUT = "-"
+
+
+OUTPUT_OPTIONS = ("--json", "--csv", "--plot", "--requests")
+
+
+def optional_values(args, options=("--json",)) -> list:
+    """Command-line ``args`` with ``-`` (standard output) after each of ``options`` given with no value.
+
+    An output path that ends in ``/`` names a folder: a user error here, before click makes it a
+    ``Path`` (which drops the slash, and the report would be written as a file of the folder's name).
+    """
+    args, out = list(args), []
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        if flag in OUTPUT_OPTIONS and value.endswith(("/", os.sep)) and len(value) > 1:
+            raise SplitwisePlanError(f"{flag} {value} names a folder (it ends with /); give a file name")
+    for i, a in enumerate(args):
+        out.append(a)
+        if a in options:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            if nxt is None or (nxt.startswith("-") and nxt != STDOUT):
+                out.append(STDOUT)
+    return out
+
+
+ADV = "Advanced"
+
+
+OUT = "Output"
+
+
+def opt_workload():
+    return typer.Option("coding", "--workload", "-w", metavar="NAME|FILE",
+                        help="Request sizes: coding, conversation, or a trace CSV to draw sizes from.")
+
+
+def opt_trace():
+    return typer.Option(None, "--trace", metavar="FILE",
+                        help="Replay this trace CSV exactly (Azure or reference format) instead of a generated stream.")
+
+
+def opt_duration():
+    return typer.Option(120.0, "--duration", metavar="S", help="Length of the generated stream, seconds.")
+
+
+def opt_model():
+    return typer.Option("bloom-176b", "--model", help=(
+        "Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may be your own)."))
+
+
+def opt_tp():
+    return typer.Option(8, "--tp", help="Tensor parallelism.")
+
+
+def opt_seed():
+    return typer.Option(0, "--seed", help="Seed of the generated stream.")
+
+
+def opt_slo():
+    return typer.Option(None, "--slo", "--slos", metavar="FILE", help="SLO TOML file. Default: the paper's Table VI.")
+
+
+def opt_machines_file():
+    return typer.Option(None, "--machines-file", metavar="FILE",
+                        help="Machine TOML file overriding or extending the builtin machine catalog.")
+
+
+def opt_profiles():
+    return typer.Option(None, "--profiles", metavar="FILE", help="Profile CSV. Default: the shipped perf_model.csv.")
+
+
+def opt_method(default: str):
+    """``--method``: commands that simulate one design point at a time default to the discrete-event
+    simulation (the reference's rules, under a second for 2 minutes at 70 req/s), a grid to ``auto``:
+    the fluid model (a batch of designs per pass) where it reads the design reliably."""
+    auto = default == AUTO
+    return typer.Option(default, "--method", metavar="events|fluid" + "|auto" * auto, rich_help_panel=ADV,
+                        help="Simulator: events (discrete-event, the reference simulator's rules one event at a "
+                             "time) or fluid (the vectorized queue model: fast in batches, within a few % of "
+                             "events)" + (", or auto: fluid, but events where a token instance holds few requests' "
+                                           "KV caches (there the fluid model can read the SLOs 2-3x)" if auto else "")
+                             + f". Default here: {default}.")
+
+
+def opt_json(instead_of: str = "the table"):
+    return typer.Option(None, "--json", metavar="[FILE]", rich_help_panel=OUT,
+                        help=f"Write the JSON report to FILE; bare --json prints JSON to stdout instead of {instead_of}.")
+
+
+def opt_csv(row: str = "design point"):
+    return typer.Option(None, "--csv", metavar="FILE", rich_help_panel=OUT, help=f"Write one CSV row per {row}.")
+
+
+def opt_quiet():
+    return typer.Option(False, "--quiet", "-q", rich_help_panel=OUT, help="No progress bar and no 'wrote FILE' notes.")
+
+
+def check_positive(value: float, flag: str) -> float:
+    """A required option's positive finite value, or a user error naming ``flag``."""
+    if value is None:
+        raise SplitwisePlanError(f"{flag} is required")
+    return positive_number(value, flag)
+
+
+def opt_transfer(panel: Optional[str] = None):
+    """``--transfer``, shared by the planner and the simulation commands."""
+    return typer.Option("serialized", "--transfer", metavar="serialized|layerwise", rich_help_panel=panel,
+                        help="KV-cache transfer from prompt to token machine: after the prompt (serialized, the "
+                             "reference's default) or layer by layer during it (layerwise, ~90% hidden).")
+
+
+def opt_bandwidth(panel: Optional[str] = None):
+    """``--bandwidth``, shared by the planner and the simulation commands."""
+    return typer.Option(200.0, "--bandwidth", metavar="GIB_S", rich_help_panel=panel,
+                        help="KV-cache transfer bandwidth between two machines, GiB/s (the reference's 200; "
+                             "12.5 for its Ethernet variant).")

@@ -1,0 +1,269 @@
+"""A plan's reports: its one-line title, the ranking table on the terminal (:func:`render`), and the
+files other tools read: the JSON report (:func:`plan_report`), one CSV row per simulated point
+(:func:`csv_rows`) and the plot of the designs compared (:func:`write_reports` writes them)."""
+
+from __future__ import annotations
+
+import math
+
+from splitwise_plan.inputs.designs import get_design
+from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.planning.planner import Inputs, PlanRequest, PlanResult, inputs_block, json_number, stream_of, input_label
+from splitwise_plan.errors import plural
+from splitwise_plan.report.formats import machine_counts
+
+# --- rendering ---------------------------------------------------------------------------
+
+SLO_COLUMNS = tuple((m, p) for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99))
+
+
+def plan_title(req: PlanRequest, trace_s: float | None = None, budget: float | None = None) -> str:
+    """What was planned, in one line: the goal, the rate or budget (``budget``: its amount, if known),
+    the model and the stream (``trace_s``: the replayed trace's duration, if known)."""
+    if req.goal == "max-throughput":
+        kind = req.objective
+        spec = req.budget_power if kind == "power" else req.budget_cost
+        amount = f" = {budget:g}" if budget is not None and f"{budget:g}" != f"{spec}" else ""
+        title = f"max-throughput within {kind} budget {spec}{amount}"
+    else:
+        rate = f"{req.rps:g} req/s" if req.rps is not None else "the trace's rate"
+        title = f"{req.goal} at {rate}"
+    workload, duration, seed = stream_of(req, trace_s)
+    several = req.seeds > 1 and req.trace is None   # each design's numbers are its worst stream's (JSON: seed)
+    seeds = f"seeds {seed}-{seed + req.seeds - 1}, each design's worst" if several else f"seed {seed}"
+    stream = (f"{input_label(workload)}, {duration:g} s, {seeds}" if req.trace is None
+              else f"trace {input_label(req.trace)}, {duration:g} s")
+    return (f"{title} - {req.model}, {stream}"
+            + ("" if req.scheduler.is_reference else f", {req.scheduler.describe()}"))
+
+
+_TABLE_WIDTH = 150   # columns the ranking table needs to show every number whole
+
+
+def _slo_columns(result: PlanResult) -> tuple[list, str]:
+    """The table's SLO columns, (metric, percentile, unit) of the plan's own SLO set in the paper's order
+    (its nine slowdowns when the set is unknown), and what its slowdowns are measured against."""
+    slos = (result.inputs or {}).get("slos")
+    if not slos:
+        return [(m, p, "slowdown") for m, p in SLO_COLUMNS], "a DGX-A100"
+    order = {"ttft": 0, "tbt": 1, "e2e": 2}
+    cols = sorted({(o["metric"], o["percentile"], o["unit"]) for o in slos["objectives"]},
+                  key=lambda c: (order[c[0]], c[1], c[2]))
+    hw, tp = slos["reference_hardware"], slos["reference_tensor_parallel"]
+    return cols, "a DGX-A100" if (hw, tp) == ("a100-80gb", 8) else f"{hw} at TP{tp}"
+
+
+def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: int = 0):
+    """The designs ranked, one row each: the nine SLO columns (``slo_cols``); ``compact`` 1 only the
+    tightest SLO's, 2 also no simulation counts (for a terminal too narrow for them, where every
+    number would shrink to "..."). Numbers are never cut: the design names and headers wrap first."""
+    from rich.table import Table
+    from rich.text import Text
+
+    req = result.request
+    cols = ["#", "design", "prompt", "token"] + (["req/s"] if req.goal == "max-throughput" else []) + ["cost", "power"]
+    cols += (["tightest\nSLO"] if compact else
+             [f"{m.upper()}\nP{p:g}" + (", s" if u == "seconds" else "") for m, p, u in slo_cols])
+    cols += ["head-\nroom"] + ["sims"] * (compact < 2)
+    rows = []
+    for i, dp in enumerate(result.designs, 1):
+        row = [str(i), dp.design]
+        sims = [f"{dp.evaluations}+{dp.confirmations}"] if cols[-1] == "sims" else []
+        if dp.status == "infeasible" or dp.result is None:
+            rows.append(row + ["-"] * (len(cols) - 2 - len(sims)) + sims)
+            continue
+        r = dp.result
+        tight = tuple(r.tightest.get(k) for k in ("metric", "percentile", "unit")) if r.tightest else None
+        row[1] += "" if dp.status == "ok" else " (unconfirmed)"
+        row += [str(dp.prompt), str(dp.token) if not get_design(dp.design).is_baseline else "-"]
+        if req.goal == "max-throughput":
+            row.append(f"{dp.rate:g}")
+        row += [f"{dp.cost:.2f}", f"{dp.power:.1f}"]
+        for m, p, u in ([tight] if tight else [(None,) * 3]) if compact else slo_cols:
+            v = (r.slowdown if u == "slowdown" else r.latency_s).get(m, {}).get(p, float("nan")) if m else None
+            cell = "-" if v is None else f"{v:.2f}" if u == "slowdown" else f"{v:.3g}"
+            if compact:
+                cell = f"{m.upper()} P{p:g} {cell}" + (" s" if u == "seconds" else "") if m else cell
+            elif tight == (m, p, u):
+                cell = f"[bold]{cell}*[/bold]"
+            row.append(cell)
+        rows.append(row + [f"{dp.headroom:.0%}" if math.isfinite(dp.headroom) else "-"] + sims)   # -: unfinished requests
+    table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s, result.budget)}", pad_edge=not compact)
+    for k, c in enumerate(cols):
+        text = c in ("design", "tightest\nSLO")
+        width = max((Text.from_markup(row[k]).cell_len for row in rows), default=1)
+        table.add_column(c, justify="left" if text else "right", no_wrap=not compact and c == "design",
+                         overflow="fold", min_width=None if text else width)
+    for dp, row in zip(result.designs, rows):
+        table.add_row(*row, style="dim" if dp.status == "infeasible" or dp.result is None else None)
+    units = {u for *_, u in slo_cols}
+    slos = ("the plan's SLOs in seconds" if units == {"seconds"} else
+            f"the plan's SLOs as slowdowns vs the request alone on {reference}"
+            + ("; columns marked s in seconds" if "seconds" in units and not compact else ""))
+    if compact:
+        slos = (f"the tightest of {len(slo_cols)} SLOs ({slos}; the terminal is too narrow for all of them: "
+                f"--json or --csv have them)")
+    else:
+        slos += " (* tightest SLO)"
+    table.caption = (f"{slos}; headroom = 1 - tightest value/limit; "
+                     f"sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
+                     f"simulations: {result.evaluations} + {result.confirmations} for "
+                     + (f"{plural(result.grid_size, 'split')} of the budget, each at several rates"
+                        if req.goal == "max-throughput" else f"a grid of {plural(result.grid_size, 'point')}")
+                     + f"; {result.seconds:.1f} s")
+    return table
+
+
+def _check_plan_result(result, what: str) -> None:
+    if not isinstance(result, PlanResult):   # a SimulationResult, say: its to_dict() is its JSON object
+        raise SplitwisePlanError(f"{what} takes a plan's result (a PlanResult from plan()), got {result!r:.80}")
+
+
+def render(result: PlanResult, console=None) -> None:
+    """Print the ranking table, the winner and its gains with rich, to ``console`` (a rich Console, or a
+    text file such as ``io.StringIO()``; default: standard output)."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    _check_plan_result(result, "render_plan")
+
+    if console is not None and not isinstance(console, Console):
+        if not callable(getattr(console, "write", None)):
+            raise SplitwisePlanError(f"render_plan: console must be a rich Console or a text file, got "
+                                     f"{type(console).__name__}")
+        console = Console(file=console, width=_TABLE_WIDTH)
+    con = console or Console()
+    if console is None and (con.is_jupyter or not con.is_terminal) and con.width < _TABLE_WIDTH:
+        con = Console(width=_TABLE_WIDTH)   # a notebook scrolls, a file or pipe has no width: no "..." cells
+    req = result.request
+    slo_cols, reference = _slo_columns(result)
+    table = _ranking_table(result, slo_cols, reference)
+    wide = con.options.update(max_width=10 * _TABLE_WIDTH)   # the table's own width, not the console's
+    for compact in (1, 2):
+        if Measurement.get(con, wide, table).maximum <= con.width:   # its numbers fit whole
+            break
+        table = _ranking_table(result, slo_cols, reference, compact)
+    con.print(table)
+    for dp in result.designs:
+        if dp.note:
+            con.print(f"  {dp.design}: {dp.note}")
+    if result.winner is None:
+        simulated = any(dp.evaluations or dp.confirmations for dp in result.designs)
+        con.print("No design meets all SLOs." if simulated else
+                  "No design could be planned (none was simulated): see the notes above.")
+        return
+    w = result.get(result.winner)
+    what = {"min-cost": "lowest cost", "min-power": "lowest power", "max-throughput": "highest throughput"}[req.goal]
+    counts = machine_counts(w.prompt, 0 if get_design(w.design).is_baseline else w.token)
+    rate = f" at {w.rate:g} req/s" if req.goal == "max-throughput" else ""
+    con.print(f"Winner ({what}): [bold]{w.design}[/bold], {counts}{rate}, cost {w.cost:.2f}, power {w.power:.1f}, "
+              f"headroom {w.headroom:.0%}")
+    for g in result.gains:
+        con.print(f"  {g}")
+
+
+# --- reports: JSON, CSV and plot ----------------------------------------------------------
+
+def plan_inputs(result: PlanResult) -> dict:
+    """The ``inputs`` block of a plan report: what the plan depends on (see :func:`~splitwise_plan.inputs.summary.report_inputs`),
+    as it was when the plan ran (files read again only for a result built by hand)."""
+    if result.inputs is not None:
+        return result.inputs
+    return inputs_block(result.request, Inputs.load(result.request), result.search_method)
+
+
+def plan_report(result: PlanResult) -> dict:
+    """The JSON report of a plan: schema version, inputs, one result per design, the winner and gains.
+    Its own copy: editing it leaves the plan and its later reports as they are."""
+    import copy
+
+    from splitwise_plan.report.formats import build_report
+
+    _check_plan_result(result, "plan_report")
+    summary = result.to_dict()
+    designs = summary.pop("designs")
+    return copy.deepcopy(build_report("plan", plan_inputs(result), designs, plan=summary))
+
+
+def csv_rows(result: PlanResult) -> list[dict]:
+    """One row per evaluated design point: every point the search simulated (``phase`` search) and every
+    point the confirm method checked (``phase`` confirm, the worst of the seeds; rejected ones too);
+    ``chosen`` marks the design's answer. A design with no simulation at all gets one row with its
+    status and note."""
+    rows = []
+    for dp in result.designs:
+        chosen = (dp.prompt, dp.token) if dp.status == "ok" else None
+        head = {"design": dp.design, "status": dp.status}
+        for rate, r in dp.evaluated:   # led by the stream of the row's numbers (the worst of --seeds), as
+            pt = (r.prompt_machines, r.token_machines)   # the rows of every command are
+            rows.append({"rate_rps": rate, "seed": r.seed, **head, "phase": "search",
+                         "chosen": pt == chosen and (dp.rate == rate or not math.isfinite(dp.rate)), **r.flat()})
+        # each confirmation, held or rejected (the oracle's evidence), the answer's marked as chosen; a
+        # design planned before confirmations were kept has its answer's alone
+        confirmed = dp.confirmed or (((dp.rate, dp.result),) if dp.result is not None else ())
+        answer = max((k for k, (_, r) in enumerate(confirmed) if r == dp.result), default=None)
+        for k, (rate, r) in enumerate(confirmed):
+            rows.append({"rate_rps": rate, "seed": r.seed, **head, "phase": "confirm",
+                         "chosen": k == answer and dp.status == "ok", **r.flat(),
+                         "note": dp.note if k == answer else ""})
+        if not dp.evaluated and dp.result is None:   # the plan's stream and model all the same, so runs stack
+            req = result.request
+            rate = dp.rate if math.isfinite(dp.rate) else (result.inputs or {}).get("rate_rps", req.rps)
+            rows.append({"rate_rps": None if rate is None else json_number(rate),
+                         "seed": None if req.trace is not None else req.seed, **head,
+                         "phase": "none", "chosen": False, "model": req.model, "note": dp.note})
+    return rows
+
+
+def comparison(result: PlanResult) -> list[dict]:
+    """Each design's answer for :func:`plots.write_plot` ``designs=``: cost, power and throughput."""
+    out = []
+    for dp in result.designs:
+        ok = dp.status == "ok"
+        nan = float("nan")
+        out.append({"design": dp.design, "label": dp.design if ok else f"{dp.design} ({dp.status})",
+                    "prompt_machines": dp.prompt if ok else None,
+                    "token_machines": (dp.token if ok and dp.token else None),
+                    "machines": dp.machines if ok else None,
+                    "cost": dp.cost if ok else nan, "power": dp.power if ok else nan,
+                    "throughput": dp.rate if ok else nan})
+    return out
+
+
+def csv_columns(result: PlanResult, rows: list[dict] | None = None) -> list[str]:
+    """The plan CSV's columns, in one order whatever the results (a design never simulated, or none
+    confirmed, took the header apart): the nine percentiles (and any others an SLO asks) of each metric
+    in seconds, then as slowdowns, between the design's numbers and its tightest SLO and flags."""
+    from splitwise_plan.sim.metrics import METRICS, PERCENTILES
+    from splitwise_plan.sim.simulator import SimulationResult
+
+    rows = csv_rows(result) if rows is None else rows
+    pcts = set(PERCENTILES) | {float(k.split("_p", 1)[1].rsplit("_", 1)[0]) for r in rows for k in r
+                               if k.startswith(METRICS) and k.endswith("_s") and "_p" in k}
+    flat = SimulationResult.flat_columns(sorted({float(p) for p in pcts}))
+    cols = ["rate_rps", "seed", "design", "status", "phase", "chosen", *flat[1:], "note"]   # (flat[0]: design)
+    extra = [k for r in rows for k in r if k not in cols]   # (none today: a future key is kept, at the end)
+    return cols + list(dict.fromkeys(extra))
+
+
+def write_reports(result: PlanResult, *, json_path=None, csv_path=None, plot_path=None) -> list:
+    """Write the JSON, CSV and plot reports of a plan (each atomically); return the paths written.
+
+    The paths are checked first, as the command line does: a bad one writes nothing."""
+    from splitwise_plan.report.files import check_outputs
+    from splitwise_plan.report.formats import write_csv, write_json
+
+    _check_plan_result(result, "write_reports")
+    check_outputs({"json_path": json_path, "csv_path": csv_path, "plot_path": plot_path},
+                  result.request.input_files())
+    written = []
+    if csv_path is not None:
+        rows = csv_rows(result)
+        written.append(write_csv(csv_path, rows, csv_columns(result, rows)))
+    if plot_path is not None:
+        from splitwise_plan.report.plots import write_plot
+        written.append(write_plot(plot_path, designs=comparison(result),
+                                  title=f"splitwise-plan: {plan_title(result.request, result.trace_s, result.budget)}"))
+    if json_path is not None:
+        written.append(write_json(json_path, plan_report(result)))
+    return written

@@ -1,0 +1,278 @@
+"""TPE trials asked, simulated and told in batches by one or many workers, and the frontier walk's
+simulations stored as trials (:func:`attach`).
+
+Every point is simulated once: a trial whose point is stored takes the stored result, and one
+whose point another worker is simulating waits for that result (see :mod:`.trials`).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from splitwise_plan.search.storage.heartbeat import HEARTBEAT_INTERVAL, Heartbeat, fail_stale, worker_id
+from splitwise_plan.search.storage.trials import (TRIAL_ATTR, WORKER_ATTR, Point, constraint,
+                                                  point_of, sync, trial_record)
+
+PARAM_WAIT_S = 10.0              # how long to wait for another worker's just-asked trial to get its point
+
+
+POLL_S = 0.1                     # polling period while waiting for another worker's trial
+
+
+@dataclass
+class ExploreStats:
+    """What one :func:`explore` call did."""
+
+    told: int = 0            # trials this process completed
+    simulated: int = 0       # of which ran the simulator
+    reused: int = 0          # took a stored result (earlier runs, other workers, this batch)
+    pruned: int = 0          # infeasible by the capacity model: no simulation
+    waited: int = 0          # waited for another worker's simulation of the same point
+    failed: int = 0          # stale trials of dead workers this process failed
+    rounds: int = 0
+    complete: int = 0        # COMPLETE TPE trials in the study at the end
+    running: int = 0         # RUNNING trials of other workers at the end
+
+    def summary(self) -> str:
+        return (f"{self.told} trials told here ({self.simulated} simulated, {self.reused} reused, "
+                f"{self.pruned} pruned), {self.complete} complete in the study")
+
+
+def explore(study, evaluate, space, *, n_trials: int, batch: int, exclude: Sequence[Point] = (),
+            rdb=None, worker: str | None = None, log: Callable[[str], None] | None = None) -> ExploreStats:
+    """Ask/evaluate/tell until the study holds ``n_trials`` COMPLETE or RUNNING TPE trials (module doc)."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    worker = worker or worker_id()
+    stats = ExploreStats()
+    lower = space.lower()
+    p_lo, p_hi = space.p_range
+    t_lo, t_hi = space.t_range
+    excluded = set(map(tuple, exclude))
+    inflight: dict[int, object] = {}          # trial number -> optuna Trial
+    hb = Heartbeat(rdb) if rdb is not None else None
+    new_api = _new_api()
+    has_token = t_hi > t_lo
+
+    def tell(tr, pt, r, simulated):
+        rec = trial_record(evaluate, space, pt, r, simulated=simulated, worker=worker, phase="explore",
+                           excluded=excluded)
+        c = constraint(evaluate, r, pt, excluded)
+        try:
+            tr.set_user_attr(TRIAL_ATTR, rec)
+            if new_api:
+                tr.set_constraint("slo", c)
+            else:
+                tr.set_user_attr("constraint", (c,))
+            study.tell(tr, rec["objective"])
+        except (UpdateFinishedTrialError, ValueError) as exc:
+            if isinstance(exc, ValueError) and "Cannot tell" not in str(exc):
+                raise
+            # another worker failed this trial as stale (this process was too slow): keep the
+            # result anyway, as a trial of its own
+            study.add_trial(_frozen(space, pt, rec, c, new_api))
+        inflight.pop(tr.number, None)
+        if hb is not None:
+            hb.discard(tr._trial_id)
+        stats.told += 1
+        stats.simulated += int(simulated)
+        stats.pruned += int(r is None)
+        stats.reused += int(r is not None and not simulated)
+
+    try:
+        while True:
+            if rdb is not None:
+                stats.failed += fail_stale(study, rdb, inflight)
+            trials = study.get_trials(deepcopy=False)
+            sync(trials, evaluate)
+            complete = sum(t.state == TrialState.COMPLETE and _explored(t) for t in trials)
+            running = sum(t.state == TrialState.RUNNING for t in trials)
+            k = min(batch, n_trials - complete - running)
+            if k <= 0:
+                stats.complete, stats.running = complete, running
+                break
+            asked = []
+            for _ in range(k):
+                tr = _ask(study, worker) if rdb is not None else study.ask()
+                inflight[tr.number] = tr
+                if hb is not None:
+                    hb.add(tr._trial_id)
+                p = tr.suggest_int("prompt", p_lo, p_hi)
+                t = tr.suggest_int("token", t_lo, t_hi) if t_hi > t_lo else t_lo
+                asked.append((tr, (int(p), int(t))))
+            stats.rounds += 1
+            leader = _leaders(study, evaluate, inflight, t_lo, has_token) if rdb is not None else {}
+            todo, sims, follow = [], set(), []
+            for tr, pt in asked:
+                if pt[1] < lower[pt[0] - p_lo]:
+                    continue
+                if pt in evaluate.cache:
+                    continue
+                lead = leader.get(pt)
+                if lead is not None and lead < tr.number:
+                    follow.append((tr, pt, lead))
+                    continue
+                if pt not in sims:
+                    sims.add(pt)
+                    todo.append(pt)
+            known = set(evaluate.cache)
+            if todo:
+                evaluate(todo)
+            fresh = set(todo)
+            for tr, pt in asked:
+                if any(f[0] is tr for f in follow):
+                    continue
+                if pt[1] < lower[pt[0] - p_lo]:
+                    tell(tr, pt, None, False)
+                    continue
+                simulated = pt in fresh and pt not in known
+                fresh.discard(pt)         # later trials of the same point in this batch reuse it
+                tell(tr, pt, evaluate.cache[pt], simulated)
+            if follow:
+                stats.waited += len(follow)
+                _wait_for_leaders(study, evaluate, rdb, follow, tell, inflight, stats)
+    except BaseException:
+        for number, tr in list(inflight.items()):   # Ctrl-C or a crash: never leave RUNNING trials
+            try:
+                study.tell(tr, state=TrialState.FAIL, skip_if_finished=True)
+            except Exception:  # noqa: BLE001 - the database may be the cause
+                pass
+        raise
+    finally:
+        if hb is not None:
+            hb.stop()
+    if log is not None:
+        log(stats.summary())
+    return stats
+
+
+def _ask(study, worker: str):
+    """``study.ask()``, the trial created with its owner (``worker`` attribute) in one transaction,
+    so that a process killed at any moment leaves no RUNNING trial without an owner."""
+    import optuna
+    from optuna.trial import FrozenTrial, TrialState
+
+    if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):   # enqueued trials first
+        tr = study.ask()
+        tr.set_user_attr(WORKER_ATTR, worker)
+        return tr
+    template = FrozenTrial(number=-1, state=TrialState.RUNNING, value=None, datetime_start=datetime.now(),
+                           datetime_complete=None, params={}, distributions={}, user_attrs={WORKER_ATTR: worker},
+                           system_attrs={}, intermediate_values={}, trial_id=-1)
+    trial_id = study._storage.create_new_trial(study._study_id, template_trial=template)
+    local = getattr(study, "_thread_local", None)
+    if local is not None and hasattr(local, "cached_all_trials"):
+        local.cached_all_trials = None       # as Study.ask: the sampler reads the trials afresh
+    return optuna.trial.Trial(study, trial_id)
+
+
+def _explored(trial) -> bool:
+    """Does a trial count toward ``n_trials`` (TPE's; not those the frontier walk stored)?"""
+    return (trial.user_attrs.get(TRIAL_ATTR) or {}).get("phase") != "frontier"
+
+
+def _new_api() -> bool:
+    import optuna
+    return hasattr(optuna.trial.Trial, "set_constraint")
+
+
+def _leaders(study, evaluate, mine: dict, t_lo: int, has_token: bool) -> dict:
+    """point -> lowest number of another process's RUNNING trial holding it.
+
+    Waits (at most PARAM_WAIT_S) for lower-numbered trials asked but not yet given their point.
+    """
+    from optuna.trial import TrialState
+
+    deadline = time.monotonic() + PARAM_WAIT_S
+    top = max(mine) if mine else -1
+    while True:
+        trials = study.get_trials(deepcopy=False)
+        sync(trials, evaluate)
+        running = [t for t in trials if t.state == TrialState.RUNNING and t.number not in mine]
+        pending = [t for t in running if t.number < top and point_of(t, t_lo, has_token) is None]
+        if not pending or time.monotonic() > deadline:
+            break
+        time.sleep(POLL_S / 2)
+    lead: dict = {}
+    for t in running:
+        pt = point_of(t, t_lo, has_token)
+        if pt is not None and (pt not in lead or t.number < lead[pt]):
+            lead[pt] = t.number
+    return lead
+
+
+def _wait_for_leaders(study, evaluate, rdb, follow, tell, inflight, stats) -> None:
+    """Tell each follower the result of the trial it waits for, or simulate when that trial failed."""
+    from optuna.trial import TrialState
+
+    last_stale = time.monotonic()
+    while follow:
+        trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+        sync(trials.values(), evaluate)
+        rest = []
+        for tr, pt, lead in follow:
+            if pt in evaluate.cache:
+                tell(tr, pt, evaluate.cache[pt], False)
+            elif trials.get(lead) is None or trials[lead].state != TrialState.RUNNING:
+                evaluate([pt])                 # the other worker's trial failed: simulate it here
+                tell(tr, pt, evaluate.cache[pt], True)
+            else:
+                rest.append((tr, pt, lead))
+        follow = rest
+        if follow:
+            if time.monotonic() - last_stale > HEARTBEAT_INTERVAL:
+                stats.failed += fail_stale(study, rdb, inflight)
+                last_stale = time.monotonic()
+            time.sleep(POLL_S)
+
+
+def _distributions(space) -> dict:
+    from optuna.distributions import IntDistribution
+
+    d = {"prompt": IntDistribution(int(space.p_range[0]), int(space.p_range[1]))}
+    if space.t_range[1] > space.t_range[0]:
+        d["token"] = IntDistribution(int(space.t_range[0]), int(space.t_range[1]))
+    return d
+
+
+def _frozen(space, pt: Point, rec: dict, c: float, new_api: bool):
+    import optuna
+
+    dist = _distributions(space)
+    params = {"prompt": int(pt[0])}
+    if "token" in dist:
+        params["token"] = int(pt[1])
+    attrs = {TRIAL_ATTR: rec, WORKER_ATTR: rec["worker"]}
+    kw = {"constraints": {"slo": float(c)}} if new_api else {}
+    if not new_api:
+        attrs["constraint"] = (float(c),)
+    return optuna.trial.create_trial(params=params, distributions=dist, value=float(rec["objective"]),
+                                     user_attrs=attrs, **kw)
+
+
+def attach(study, evaluate, space, *, exclude: Sequence[Point] = (), phase: str = "frontier",
+           worker: str | None = None) -> None:
+    """Make ``evaluate`` read the study before each call and store each new simulation as a trial."""
+    from optuna.trial import TrialState
+
+    worker = worker or worker_id()
+    excluded = set(map(tuple, exclude))
+    new_api = _new_api()
+
+    def prefetch(points):
+        if any(tuple(p) not in evaluate.cache for p in points):
+            sync(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), evaluate)
+
+    def record(points, results):
+        frozen = []
+        for pt, r in zip(points, results):
+            rec = trial_record(evaluate, space, pt, r, simulated=True, worker=worker, phase=phase,
+                               excluded=excluded)
+            frozen.append(_frozen(space, pt, rec, constraint(evaluate, r, pt, excluded), new_api))
+        study.add_trials(frozen)
+
+    evaluate.prefetch, evaluate.record = prefetch, record
