@@ -87,15 +87,7 @@ def check_cmd(
 ) -> None:
     """CI gate: exit 0 when all SLOs hold and every request finishes at the rate (with headroom), 1 when not,
     2 on bad input."""
-    from splitwise_plan.report.formats import build_report, write_csv, write_json
-
-    if headroom is None or not math.isfinite(headroom) or not 0 <= headroom <= MAX_HEADROOM:
-        raise SplitwisePlanError(f"--headroom must be a finite number from 0 to {MAX_HEADROOM:g} (0.2 = 20% more load), "
-                                 f"got {headroom:g}")
-    if rps is None and trace is None:
-        raise SplitwisePlanError("give --rps R (the expected requests per second) or --trace FILE")
-    if rps is not None and trace is not None:   # (--headroom scales a trace)
-        raise SplitwisePlanError("give --rps (a generated stream) or --trace (a replayed file), not both")
+    _check_check_options(headroom, rps, trace)
     spec = _load_spec(cluster_file, machines_file)
     check_output_options(json_out, csv_out, inputs=input_files(
         cluster=cluster_file, trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
@@ -107,6 +99,38 @@ def check_cmd(
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method=method, transfer=transfer, bandwidth=bandwidth)
     _check_cluster(spec, inp, cluster_file)
+    base_rate, loads = _check_loads(inp, rps, trace, factor, duration, seed)
+    results = _run_loads(inp, spec, loads, quiet)
+    holds = [r.slo_met and r.completed == r.requests for r in results]   # unfinished requests fail the gate
+    passed = all(holds)
+    check = {"cluster": spec.to_dict(), "rate_rps": base_rate, "headroom": headroom, "checked_rps": inp.rate,
+             "passed": passed, "method": inp.method,
+             "rates": [{"rate_rps": rate, "passed": ok} for (rate, _), ok in zip(loads, holds)]}
+    _write_check_reports(inp, cluster_file, loads, results, check, base_rate=base_rate, headroom=headroom,
+                         factor=factor, json_out=json_out, csv_out=csv_out)
+    if json_out != STDOUT:
+        lines = _check_lines(inp, spec, trace, loads, results, holds, base_rate=base_rate, headroom=headroom)
+        typer.echo("\n".join(lines), err=stdout_taken(json_out, csv_out))
+    _wrote(quiet, json_out, csv_out)
+    if not passed:
+        raise typer.Exit(code=1)
+
+
+def _check_check_options(headroom: float, rps: Optional[float], trace: Optional[Path]) -> None:
+    """A user error for a --headroom out of range, or for neither or both of --rps and --trace."""
+    if headroom is None or not math.isfinite(headroom) or not 0 <= headroom <= MAX_HEADROOM:
+        raise SplitwisePlanError(f"--headroom must be a finite number from 0 to {MAX_HEADROOM:g} (0.2 = 20% more load), "
+                                 f"got {headroom:g}")
+    if rps is None and trace is None:
+        raise SplitwisePlanError("give --rps R (the expected requests per second) or --trace FILE")
+    if rps is not None and trace is not None:   # (--headroom scales a trace)
+        raise SplitwisePlanError("give --rps (a generated stream) or --trace (a replayed file), not both")
+
+
+def _check_loads(inp: Inputs, rps: Optional[float], trace: Optional[Path], factor: float, duration: float,
+                 seed: int) -> tuple[float, list]:
+    """The rate asked for, and the loads ``check`` simulates as (rate, stream): the rate raised by the
+    headroom (a trace's stream is time-scaled to it in ``inp``), then, with headroom, the rate itself."""
     base_stream = inp.stream if trace is not None else None   # the rate asked for, if --headroom raises it
     if trace is not None and factor != 1.0:
         if not inp.stream.duration_s > 0:
@@ -121,6 +145,11 @@ def check_cmd(
         if base_stream is None:   # that fails at the rate asked for (near its limit nearby rates can flip)
             base_stream = nonempty(inp.source.generate(rps, duration_s=duration, seed=seed), rps, duration, seed)
         loads.append((base_rate, base_stream))
+    return base_rate, loads
+
+
+def _run_loads(inp: Inputs, spec, loads: list, quiet: bool) -> list:
+    """Simulate the cluster at each load, with a progress bar each: the results, in order."""
     results = []
     sims = [inp.simulator(stream) for _, stream in loads]
     fluid_caution(sims[0], spec.design)
@@ -128,11 +157,15 @@ def check_cmd(
         with arrivals_bar(inp, f"checking {spec.label} at {rate:.10g} req/s", quiet, stream) as on_arrivals:
             results.append(sim.run_requests(spec.design, spec.prompt_machines, spec.token_machines,
                                             on_arrivals=on_arrivals)[0])
-    holds = [r.slo_met and r.completed == r.requests for r in results]   # unfinished requests fail the gate
-    passed = all(holds)
-    check = {"cluster": spec.to_dict(), "rate_rps": base_rate, "headroom": headroom, "checked_rps": inp.rate,
-             "passed": passed, "method": inp.method,
-             "rates": [{"rate_rps": rate, "passed": ok} for (rate, _), ok in zip(loads, holds)]}
+    return results
+
+
+def _write_check_reports(inp: Inputs, cluster_file: Path, loads: list, results: list, check: dict, *,
+                         base_rate: float, headroom: float, factor: float, json_out: Optional[str],
+                         csv_out: Optional[Path]) -> None:
+    """The CSV (a row per load) and the JSON report of ``check``, to its file or stdout."""
+    from splitwise_plan.report.formats import build_report, write_csv, write_json
+
     if csv_out is not None:
         write_csv(csv_out, [{**inp.csv_row(r, rate), "headroom": headroom} for (rate, _), r in zip(loads, results)])
     if json_out is not None:
@@ -144,24 +177,26 @@ def check_cmd(
             print_json(doc)
         else:
             write_json(json_out, doc)
-    if json_out != STDOUT:
-        src = f"trace {trace}" if trace else f"{inp.workload}, {inp.duration_s:g} s, seed {inp.seed}"
-        lines = [f"check: {spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}"]
-        for k, ((rate, stream), result) in enumerate(zip(loads, results)):
-            # the rate simulated, to the digits that make it the same stream again (check --rps at it)
-            rate_txt = (f"{rate:.10g} req/s ({base_rate:.10g} req/s + {headroom:.0%} headroom)" if k == 0 and headroom
-                        else f"{rate:.10g} req/s" if math.isfinite(rate) else "all at one instant")
-            lines.append(f"load:  {rate_txt}; {src if k == 0 else 'the rate itself'}; "
-                         f"{plural(len(stream), 'request')}; {inp.scheduler.describe()}; method {inp.method}")
-            lines.extend(_verdict_lines(result, len(inp.slos)))
-        if len(loads) > 1:   # the gate's verdict last, where a CI log's tail shows it
-            failed = [f"{rate:.10g} req/s" for (rate, _), ok in zip(loads, holds) if not ok]
-            lines.append(f"check {'PASSED' if passed else 'FAILED'}: {base_rate:.10g} req/s with {headroom:.0%} headroom"
-                         + ("" if passed else f" (fails at {' and '.join(failed)})"))
-        typer.echo("\n".join(lines), err=stdout_taken(json_out, csv_out))
-    _wrote(quiet, json_out, csv_out)
-    if not passed:
-        raise typer.Exit(code=1)
+
+
+def _check_lines(inp: Inputs, spec, trace: Optional[Path], loads: list, results: list, holds: list, *,
+                 base_rate: float, headroom: float) -> list[str]:
+    """The text verdict of ``check``: the cluster, each load and its verdict, then the gate's."""
+    passed = all(holds)
+    src = f"trace {trace}" if trace else f"{inp.workload}, {inp.duration_s:g} s, seed {inp.seed}"
+    lines = [f"check: {spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}"]
+    for k, ((rate, stream), result) in enumerate(zip(loads, results)):
+        # the rate simulated, to the digits that make it the same stream again (check --rps at it)
+        rate_txt = (f"{rate:.10g} req/s ({base_rate:.10g} req/s + {headroom:.0%} headroom)" if k == 0 and headroom
+                    else f"{rate:.10g} req/s" if math.isfinite(rate) else "all at one instant")
+        lines.append(f"load:  {rate_txt}; {src if k == 0 else 'the rate itself'}; "
+                     f"{plural(len(stream), 'request')}; {inp.scheduler.describe()}; method {inp.method}")
+        lines.extend(_verdict_lines(result, len(inp.slos)))
+    if len(loads) > 1:   # the gate's verdict last, where a CI log's tail shows it
+        failed = [f"{rate:.10g} req/s" for (rate, _), ok in zip(loads, holds) if not ok]
+        lines.append(f"check {'PASSED' if passed else 'FAILED'}: {base_rate:.10g} req/s with {headroom:.0%} headroom"
+                     + ("" if passed else f" (fails at {' and '.join(failed)})"))
+    return lines
 
 
 MAX_HEADROOM = 100.0   # --headroom at most: 101x the rate (more is a typo, not a load)
@@ -291,15 +326,7 @@ def capacity_cmd(
 
     Exit 0 with a rate, 1 when the SLOs fail even at the lowest rate tried, 2 on bad input.
     """
-    from splitwise_plan.report.formats import build_report, write_csv, write_json
-
-    if not math.isfinite(precision) or not 0 < precision < 1:
-        raise SplitwisePlanError(f"--precision must be between 0 and 1 (0.01 = 1%), got {precision:g}")
-    if start_rps is not None:
-        check_positive(start_rps, "--start-rps")
-    if not MIN_DURATION_S <= check_positive(duration, "--duration") <= MAX_DURATION_S:   # each trial is one stream
-        raise SplitwisePlanError(f"--duration must be between {MIN_DURATION_S:g} s and {MAX_DURATION_S:g} s "
-                                 f"(a day) for capacity, got {duration:g}")
+    _check_capacity_options(precision, start_rps, duration)
     spec = _load_spec(cluster_file, machines_file)
     check_output_options(json_out, csv_out, inputs=input_files(
         cluster=cluster_file, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
@@ -307,6 +334,37 @@ def capacity_cmd(
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method=method, need_stream=False, transfer=transfer, bandwidth=bandwidth)
     _check_cluster(spec, inp, cluster_file)
+    min_rate = MIN_STREAM_REQUESTS / duration
+    cap, fail, trials, results_by_rate = _search_capacity(inp, spec, duration=duration, seed=seed,
+                                                          start_rps=start_rps, precision=precision,
+                                                          min_rate=min_rate, quiet=quiet)
+    inp.rate = None   # no rate was given: the answer is the capacity block's capacity_rps (its trials' rates there)
+    _write_capacity_reports(inp, spec, cluster_file, cap, fail, trials, results_by_rate, precision=precision,
+                            duration=duration, seed=seed, json_out=json_out, csv_out=csv_out)
+    if json_out != STDOUT:
+        err = stdout_taken(json_out, csv_out)   # a report takes stdout: this line goes to stderr
+        typer.echo(_capacity_line(inp, spec, cap, fail, trials, results_by_rate, precision=precision,
+                                  duration=duration, seed=seed, min_rate=min_rate), err=err)
+    _wrote(quiet, json_out, csv_out)
+    if cap is None:
+        raise typer.Exit(code=1)
+
+
+def _check_capacity_options(precision: float, start_rps: Optional[float], duration: float) -> None:
+    """A user error for a --precision, --start-rps or --duration that ``capacity`` cannot use."""
+    if not math.isfinite(precision) or not 0 < precision < 1:
+        raise SplitwisePlanError(f"--precision must be between 0 and 1 (0.01 = 1%), got {precision:g}")
+    if start_rps is not None:
+        check_positive(start_rps, "--start-rps")
+    if not MIN_DURATION_S <= check_positive(duration, "--duration") <= MAX_DURATION_S:   # each trial is one stream
+        raise SplitwisePlanError(f"--duration must be between {MIN_DURATION_S:g} s and {MAX_DURATION_S:g} s "
+                                 f"(a day) for capacity, got {duration:g}")
+
+
+def _search_capacity(inp: Inputs, spec, *, duration: float, seed: int, start_rps: Optional[float],
+                     precision: float, min_rate: float, quiet: bool) -> tuple:
+    """:func:`find_capacity` of the cluster, one stream of ``duration`` per rate tried, with a progress
+    bar: (capacity or None, fail rate or None, trials, rate -> (result, requests of its stream))."""
     wl = inp.source
     results_by_rate = {}
 
@@ -316,7 +374,6 @@ def capacity_cmd(
         results_by_rate[rate] = (r, len(stream))
         return r
 
-    min_rate = MIN_STREAM_REQUESTS / duration
     top = _rate_bound(inp, wl, spec, duration, seed)
     if min_rate > top:
         raise SplitwisePlanError(f"--duration {duration:g} s is too short: {MIN_STREAM_REQUESTS} requests in it "
@@ -329,7 +386,16 @@ def capacity_cmd(
         cap, fail, trials = find_capacity(
             run_at, start=start_rps or 2.0 * spec.machines, precision=precision,
             min_rate=min_rate, max_rate=min(MAX_STREAM_REQUESTS / duration, top), on_trial=on_trial)
-    inp.rate = None   # no rate was given: the answer is the capacity block's capacity_rps (its trials' rates there)
+    return cap, fail, trials, results_by_rate
+
+
+def _write_capacity_reports(inp: Inputs, spec, cluster_file: Path, cap, fail, trials: list, results_by_rate: dict, *,
+                            precision: float, duration: float, seed: int, json_out: Optional[str],
+                            csv_out: Optional[Path]) -> None:
+    """The CSV (a row per rate tried) and the JSON report of ``capacity``, to its file or stdout."""
+    from splitwise_plan.report.formats import build_report, write_csv, write_json
+
+    wl = inp.source
     at = results_by_rate[cap][0] if cap is not None else None
     summary = {"cluster": spec.to_dict(), "capacity_rps": cap, "fails_at_rps": fail, "precision": precision,
                "method": inp.method, "workload": wl.name, "duration_s": duration, "seed": seed,
@@ -344,31 +410,30 @@ def capacity_cmd(
             print_json(doc)
         else:
             write_json(json_out, doc)
-    if json_out != STDOUT:
-        head = f"{spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}"
-        how = (f"{wl.name}, {duration:g} s, seed {seed}, {inp.scheduler.describe()}, method {inp.method}, "
-               f"{len(trials)} simulations")
-        failed = results_by_rate[fail][0] if fail is not None else None
-        if failed is not None and failed.slo_met and failed.completed < failed.requests:   # not the SLOs: memory
-            n = failed.requests - failed.completed
-            how += (f"; at {float(fail)!r} req/s the SLOs hold but {plural(n, 'request')} never got "
-                    f"{'their' if n > 1 else 'its'} KV-cache memory")
-        err = stdout_taken(json_out, csv_out)   # a report takes stdout: this line goes to stderr
-        if cap is None:
-            memory = failed is not None and failed.completed < failed.requests   # lower rates do not help there
-            short = (f"; {float(fail)!r} req/s ({MIN_STREAM_REQUESTS} requests expected in {duration:g} s) is the "
-                     "lowest rate tried: a longer --duration tries lower ones"
-                     if fail <= _round_rate(min_rate, _rate_digits(precision), math.ceil) and not memory else "")
-            typer.echo(f"capacity of {head}: none; the SLOs fail even at {float(fail)!r} req/s ({how}){short}",
-                       err=err)
-        elif fail is None:
-            typer.echo(f"capacity of {head}: at least {float(cap)!r} req/s (the largest rate tried; {how})", err=err)
-        else:
-            # the rates tried, exactly: ``check --rps`` at them simulates the same streams
-            typer.echo(f"capacity of {head}: {float(cap)!r} req/s (fails at {float(fail)!r}; {how})", err=err)
-    _wrote(quiet, json_out, csv_out)
+
+
+def _capacity_line(inp: Inputs, spec, cap, fail, trials: list, results_by_rate: dict, *, precision: float,
+                   duration: float, seed: int, min_rate: float) -> str:
+    """The answer of ``capacity`` as one line: the rate, how it was found, and why a lower one failed."""
+    wl = inp.source
+    head = f"{spec.name + ' = ' if spec.name else ''}{spec.label}, {spec.model} TP{spec.tensor_parallel}"
+    how = (f"{wl.name}, {duration:g} s, seed {seed}, {inp.scheduler.describe()}, method {inp.method}, "
+           f"{len(trials)} simulations")
+    failed = results_by_rate[fail][0] if fail is not None else None
+    if failed is not None and failed.slo_met and failed.completed < failed.requests:   # not the SLOs: memory
+        n = failed.requests - failed.completed
+        how += (f"; at {float(fail)!r} req/s the SLOs hold but {plural(n, 'request')} never got "
+                f"{'their' if n > 1 else 'its'} KV-cache memory")
     if cap is None:
-        raise typer.Exit(code=1)
+        memory = failed is not None and failed.completed < failed.requests   # lower rates do not help there
+        short = (f"; {float(fail)!r} req/s ({MIN_STREAM_REQUESTS} requests expected in {duration:g} s) is the "
+                 "lowest rate tried: a longer --duration tries lower ones"
+                 if fail <= _round_rate(min_rate, _rate_digits(precision), math.ceil) and not memory else "")
+        return f"capacity of {head}: none; the SLOs fail even at {float(fail)!r} req/s ({how}){short}"
+    if fail is None:
+        return f"capacity of {head}: at least {float(cap)!r} req/s (the largest rate tried; {how})"
+    # the rates tried, exactly: ``check --rps`` at them simulates the same streams
+    return f"capacity of {head}: {float(cap)!r} req/s (fails at {float(fail)!r}; {how})"
 
 
 def _wrote(quiet: bool, *outputs) -> None:

@@ -225,27 +225,9 @@ def sweep_cmd(
 ) -> None:
     """Simulate a grid of machine counts of one design: one CSV row per design point (the paper's Fig. 12)."""
     from splitwise_plan.report.checkpoint import path_for
-    from splitwise_plan.report.plots import design_point, optimum, rank_key, write_plot
-    from splitwise_plan.report.formats import build_report, write_csv, write_json
 
     d = get_design(design)
-    if d.is_baseline:
-        if prompt is not None or token is not None:
-            raise SplitwisePlanError(f"{d.name} is a baseline (one pool): give --machines RANGE, not --prompt/--token")
-        if machines is None:
-            raise SplitwisePlanError(f"{d.name} needs --machines RANGE (e.g. 10:40)")
-        grid = [(m, 0) for m in parse_counts(machines, "--machines")]
-    else:
-        if machines is not None:
-            raise SplitwisePlanError(f"{d.name} has a prompt and a token pool: give --prompt and --token ranges, "
-                                     "not --machines")
-        missing = [f for f, v in (("--prompt", prompt), ("--token", token)) if v is None]
-        if missing:
-            raise SplitwisePlanError(f"{d.name} needs {' and '.join(missing)} (ranges like 20:30)")
-        ps, ts = parse_counts(prompt, "--prompt"), parse_counts(token, "--token")
-        if len(ps) * len(ts) > MAX_GRID_POINTS:
-            raise SplitwisePlanError(f"the grid has {len(ps) * len(ts):,} points; at most {MAX_GRID_POINTS:,}")
-        grid = [(p, t) for p in ps for t in ts]
+    grid = _sweep_grid(d, prompt, token, machines)
     check_output_options(json_out, csv_out, plot, inputs=input_files(
         trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
     method = check_method(method, auto=True)
@@ -260,14 +242,61 @@ def sweep_cmd(
     fluid_caution(sim, d)
     results, ckpt, others = _resumable_grid(sim, inp, d, grid, path_for(csv_out, json_out, plot), jobs=jobs,
                                             quiet=quiet, stop_early=stop_early)
+    summary = _sweep_summary(d, results)
+    doc = _write_sweep_reports(inp, d, results, summary, json_out=json_out, csv_out=csv_out, plot=plot)
+    if ckpt is not None:   # every output is written: nothing of this grid is left to resume
+        ckpt.finish(others, "design points")
+    if json_out == STDOUT:
+        print_json(doc)
+        return
+    _print_sweep(console(stderr=stdout_taken(json_out, csv_out, plot)), inp, d, results, summary)
+    for p in (json_out, csv_out, plot):
+        if p is not None:
+            note(f"wrote {p}", quiet)
+
+
+def _sweep_grid(d: Design, prompt: Optional[str], token: Optional[str], machines: Optional[str]) -> list:
+    """The design points of ``sweep``: (machines, 0) of a baseline, else every (prompt, token) pair
+    of the ranges; a user error when the ranges do not fit the design or the grid is too large."""
+    if d.is_baseline:
+        if prompt is not None or token is not None:
+            raise SplitwisePlanError(f"{d.name} is a baseline (one pool): give --machines RANGE, not --prompt/--token")
+        if machines is None:
+            raise SplitwisePlanError(f"{d.name} needs --machines RANGE (e.g. 10:40)")
+        return [(m, 0) for m in parse_counts(machines, "--machines")]
+    if machines is not None:
+        raise SplitwisePlanError(f"{d.name} has a prompt and a token pool: give --prompt and --token ranges, "
+                                 "not --machines")
+    missing = [f for f, v in (("--prompt", prompt), ("--token", token)) if v is None]
+    if missing:
+        raise SplitwisePlanError(f"{d.name} needs {' and '.join(missing)} (ranges like 20:30)")
+    ps, ts = parse_counts(prompt, "--prompt"), parse_counts(token, "--token")
+    if len(ps) * len(ts) > MAX_GRID_POINTS:
+        raise SplitwisePlanError(f"the grid has {len(ps) * len(ts):,} points; at most {MAX_GRID_POINTS:,}")
+    return [(p, t) for p in ps for t in ts]
+
+
+def _sweep_summary(d: Design, results: list) -> dict:
+    """The ``sweep`` block of the JSON report: points, passing points and the optimum (cheapest passing)."""
+    from splitwise_plan.report.plots import design_point, optimum
+
     best = optimum([design_point(r) for r in results])
     best_result = next((r for r in results if best and (r.prompt_machines, r.token_machines)
                         == (best["prompt"], best["token"])), None)
-    summary = {"design": d.name, "points": len(results), "passing": sum(r.slo_met for r in results),
-               "optimum": None if best_result is None else {
-                   "prompt_machines": best_result.prompt_machines, "token_machines": best_result.token_machines,
-                   "machines": best_result.machines, "cost": round(best_result.cost, 6),
-                   "power": round(best_result.power, 6)}}
+    return {"design": d.name, "points": len(results), "passing": sum(r.slo_met for r in results),
+            "optimum": None if best_result is None else {
+                "prompt_machines": best_result.prompt_machines, "token_machines": best_result.token_machines,
+                "machines": best_result.machines, "cost": round(best_result.cost, 6),
+                "power": round(best_result.power, 6)}}
+
+
+def _write_sweep_reports(inp, d: Design, results: list, summary: dict, *, json_out: Optional[str],
+                         csv_out: Optional[Path], plot: Optional[Path]) -> Optional[dict]:
+    """Write the CSV, the plot and the JSON report file asked for; return the JSON report (None
+    without --json), which the caller prints when it goes to stdout."""
+    from splitwise_plan.report.formats import build_report, write_csv, write_json
+    from splitwise_plan.report.plots import write_plot
+
     if csv_out is not None:
         write_csv(csv_out, [inp.csv_row(r) for r in results])
     if plot is not None:
@@ -275,12 +304,13 @@ def sweep_cmd(
     doc = build_report("sweep", inp.report(), results, sweep=summary) if json_out is not None else None
     if json_out not in (None, STDOUT):
         write_json(json_out, doc)
-    if ckpt is not None:   # every output is written: nothing of this grid is left to resume
-        ckpt.finish(others, "design points")
-    if json_out == STDOUT:
-        print_json(doc)
-        return
-    c = console(stderr=stdout_taken(json_out, csv_out, plot))
+    return doc
+
+
+def _print_sweep(c, inp, d: Design, results: list, summary: dict) -> None:
+    """The table of the cheapest passing design points (at most 10), or that none passes."""
+    from splitwise_plan.report.plots import design_point, rank_key
+
     table = Table(title=f"Sweep of {d.name}: {len(results):,} design points, {summary['passing']:,} hold all SLOs")
     for col in ("prompt", "token", "machines", "cost", "power", "tightest SLO", "value / limit", "holds"):
         table.add_column(col, justify="right")
@@ -296,9 +326,5 @@ def sweep_cmd(
         c.print(inp.describe())
     else:
         c.print(f"no design point of the {len(results):,} holds all SLOs ({inp.describe()})")
-    for p in (json_out, csv_out, plot):
-        if p is not None:
-            note(f"wrote {p}", quiet)
-
 
 

@@ -107,7 +107,6 @@ def _ratio_colours(ratios=None):
 
 def draw_design_space(fig, rows: Iterable, title: str | None = None) -> dict | None:
     """Draw the design-space map of sweep results into ``fig`` (a Figure or SubFigure); return the optimum."""
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
     points = [design_point(r) for r in rows]
     if not points:
         raise SplitwisePlanError("nothing to plot: the sweep has no design points")
@@ -117,25 +116,42 @@ def draw_design_space(fig, rows: Iterable, title: str | None = None) -> dict | N
     ax = fig.add_subplot(1, 1, 1)
     name = ", ".join(designs)
     if all(p["token"] == 0 for p in points):  # baseline: one pool, a line chart
-        points.sort(key=lambda p: p["prompt"])
-        x = np.array([p["prompt"] for p in points])
-        y = np.array([p["ratio"] for p in points])
-        ax.plot(x, y, color="0.4", lw=1, zorder=1)
-        ax.scatter(x, y, c=np.log10(np.clip(y, 1e-12, None)), cmap=cmap, norm=norm, zorder=2,
-                   edgecolors="k", linewidths=0.5)
-        ax.axhline(1.0, color="k", ls="--", lw=1, label="SLO limit (ratio 1)")
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-        ax.set_xlabel("machines")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel("tightest SLO: value / limit")
-        if best:
-            ax.scatter([best["prompt"]], [best["ratio"]], marker="*", s=260, c="gold", edgecolors="k",
-                       zorder=3, label=f"optimum: {best['prompt']} machines, cost {best['cost']:.4g}")
-        ax.legend(loc="best", fontsize=8)
+        _draw_baseline(ax, points, best, norm, cmap)
         ax.set_title(title or f"Design space of {name}")
         return best
+    _draw_grid(fig, ax, points, best, norm, cmap, span)
+    ax.set_title(title or f"Design space of {name}: tightest SLO per design point")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8, frameon=False)
+    return best
+
+
+def _draw_baseline(ax, points: list, best: dict | None, norm, cmap) -> None:
+    """A baseline sweep (one pool): the tightest SLO ratio against the machines, with the optimum."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+    points.sort(key=lambda p: p["prompt"])
+    x = np.array([p["prompt"] for p in points])
+    y = np.array([p["ratio"] for p in points])
+    ax.plot(x, y, color="0.4", lw=1, zorder=1)
+    ax.scatter(x, y, c=np.log10(np.clip(y, 1e-12, None)), cmap=cmap, norm=norm, zorder=2,
+               edgecolors="k", linewidths=0.5)
+    ax.axhline(1.0, color="k", ls="--", lw=1, label="SLO limit (ratio 1)")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.set_xlabel("machines")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("tightest SLO: value / limit")
+    if best:
+        ax.scatter([best["prompt"]], [best["ratio"]], marker="*", s=260, c="gold", edgecolors="k",
+                   zorder=3, label=f"optimum: {best['prompt']} machines, cost {best['cost']:.4g}")
+    ax.legend(loc="best", fontsize=8)
+
+
+def _draw_grid(fig, ax, points: list, best: dict | None, norm, cmap, span: float) -> None:
+    """A two-pool sweep: the prompt x token map coloured by the tightest SLO ratio, with its colour
+    bar, the pass/fail boundary and the optimum with the iso-cost and iso-power lines through it."""
+    from matplotlib.ticker import MaxNLocator
     xs = np.array(sorted({p["prompt"] for p in points}), dtype=float)
     ys = np.array(sorted({p["token"] for p in points}), dtype=float)
     xi = {v: i for i, v in enumerate(xs)}
@@ -156,45 +172,54 @@ def draw_design_space(fig, rows: Iterable, title: str | None = None) -> dict | N
     cbar.set_ticks(ticks)
     cbar.set_ticklabels([f"{10 ** t:.3g}" for t in ticks])
     cbar.set_label("tightest SLO: value / limit (pass < 1)")
-    # pass/fail boundary: every cell edge between a passing and a failing cell
-    segs_x, segs_y = [], []
-    for i in range(ys.size):
-        for j in range(xs.size):
-            if met[i, j] < 0:
-                continue
-            if j + 1 < xs.size and met[i, j + 1] >= 0 and met[i, j] != met[i, j + 1]:
-                segs_x += [xe[j + 1], xe[j + 1], np.nan]
-                segs_y += [ye[i], ye[i + 1], np.nan]
-            if i + 1 < ys.size and met[i + 1, j] >= 0 and met[i, j] != met[i + 1, j]:
-                segs_x += [xe[j], xe[j + 1], np.nan]
-                segs_y += [ye[i + 1], ye[i + 1], np.nan]
+    segs_x, segs_y = _boundary(met, xe, ye)
     if segs_x:
         ax.plot(segs_x, segs_y, color="k", lw=2.2, label="pass/fail boundary")
     if best:
-        drawn = []
-        for key, style, label in (("cost", "--", "iso-cost"), ("power", ":", "iso-power")):
-            prices = _unit_prices(points, key)
-            if prices is None or any(math.isclose(prices[0] / prices[1], q[0] / q[1]) for q in drawn):
-                continue  # iso-power parallel to iso-cost (one machine type): the same line
-            drawn.append(prices)
-            level = best[key]
-            xl = np.linspace(xe[0], xe[-1], 200)
-            yl = (level - prices[0] * xl) / prices[1]
-            ax.plot(xl, yl, color="0.15", ls=style, lw=1.2, label=f"{label} through optimum")
-        ax.scatter([best["prompt"]], [best["token"]], marker="*", s=320, c="gold", edgecolors="k",
-                   linewidths=0.8, zorder=5,
-                   label=f"optimum: {best['prompt']}P+{best['token']}T, cost {best['cost']:.4g}, "
-                         f"power {best['power']:.4g}")
+        _draw_optimum(ax, points, best, xe)
     ax.set_xlim(xe[0], xe[-1])
     ax.set_ylim(ye[0], ye[-1])
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("prompt machines")
     ax.set_ylabel("token machines")
-    ax.set_title(title or f"Design space of {name}: tightest SLO per design point")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8, frameon=False)
-    return best
+
+
+def _boundary(met: np.ndarray, xe: np.ndarray, ye: np.ndarray) -> tuple[list, list]:
+    """The pass/fail boundary: every cell edge between a passing and a failing cell, as x and y
+    coordinates of line segments separated by nan."""
+    n_rows, n_cols = met.shape   # token x prompt machines
+    segs_x, segs_y = [], []
+    for i in range(n_rows):
+        for j in range(n_cols):
+            if met[i, j] < 0:
+                continue
+            if j + 1 < n_cols and met[i, j + 1] >= 0 and met[i, j] != met[i, j + 1]:
+                segs_x += [xe[j + 1], xe[j + 1], np.nan]
+                segs_y += [ye[i], ye[i + 1], np.nan]
+            if i + 1 < n_rows and met[i + 1, j] >= 0 and met[i, j] != met[i + 1, j]:
+                segs_x += [xe[j], xe[j + 1], np.nan]
+                segs_y += [ye[i + 1], ye[i + 1], np.nan]
+    return segs_x, segs_y
+
+
+def _draw_optimum(ax, points: list, best: dict, xe: np.ndarray) -> None:
+    """The optimum as a star, and the iso-cost and iso-power lines through it (one line when they
+    are parallel, or none where the points do not pin down a per-machine price)."""
+    drawn = []
+    for key, style, label in (("cost", "--", "iso-cost"), ("power", ":", "iso-power")):
+        prices = _unit_prices(points, key)
+        if prices is None or any(math.isclose(prices[0] / prices[1], q[0] / q[1]) for q in drawn):
+            continue  # iso-power parallel to iso-cost (one machine type): the same line
+        drawn.append(prices)
+        level = best[key]
+        xl = np.linspace(xe[0], xe[-1], 200)
+        yl = (level - prices[0] * xl) / prices[1]
+        ax.plot(xl, yl, color="0.15", ls=style, lw=1.2, label=f"{label} through optimum")
+    ax.scatter([best["prompt"]], [best["token"]], marker="*", s=320, c="gold", edgecolors="k",
+               linewidths=0.8, zorder=5,
+               label=f"optimum: {best['prompt']}P+{best['token']}T, cost {best['cost']:.4g}, "
+                     f"power {best['power']:.4g}")
 
 
 def design_space_figure(rows: Iterable, title: str | None = None) -> Figure:

@@ -44,27 +44,48 @@ class ExploreStats:
 def explore(study, evaluate, space, *, n_trials: int, batch: int, exclude: Sequence[Point] = (),
             rdb=None, worker: str | None = None, log: Callable[[str], None] | None = None) -> ExploreStats:
     """Ask/evaluate/tell until the study holds ``n_trials`` COMPLETE or RUNNING TPE trials (module doc)."""
-    from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.trial import TrialState
+    run = _Exploration(study, evaluate, space, exclude=exclude, rdb=rdb, worker=worker or worker_id())
+    try:
+        while run.next_round(n_trials, batch):
+            pass
+    except BaseException:
+        run.fail_inflight()   # Ctrl-C or a crash: never leave RUNNING trials
+        raise
+    finally:
+        if run.hb is not None:
+            run.hb.stop()
+    if log is not None:
+        log(run.stats.summary())
+    return run.stats
 
-    worker = worker or worker_id()
-    stats = ExploreStats()
-    lower = space.lower()
-    p_lo, p_hi = space.p_range
-    t_lo, t_hi = space.t_range
-    excluded = set(map(tuple, exclude))
-    inflight: dict[int, object] = {}          # trial number -> optuna Trial
-    hb = Heartbeat(rdb) if rdb is not None else None
-    new_api = _new_api()
-    has_token = t_hi > t_lo
 
-    def tell(tr, pt, r, simulated):
-        rec = trial_record(evaluate, space, pt, r, simulated=simulated, worker=worker, phase="explore",
+class _Exploration:
+    """The state of one :func:`explore` call: its trials in flight (trial number -> optuna Trial), the
+    heartbeat that keeps them alive (with a storage ``rdb``) and the counts of what it did (``stats``)."""
+
+    def __init__(self, study, evaluate, space, *, exclude: Sequence[Point], rdb, worker: str):
+        self.study, self.evaluate, self.space, self.rdb, self.worker = study, evaluate, space, rdb, worker
+        self.stats = ExploreStats()
+        self.lower = space.lower()
+        self.p_lo, self.p_hi = space.p_range
+        self.t_lo, self.t_hi = space.t_range
+        self.excluded = set(map(tuple, exclude))
+        self.inflight: dict[int, object] = {}          # trial number -> optuna Trial
+        self.hb = Heartbeat(rdb) if rdb is not None else None
+        self.new_api = _new_api()
+        self.has_token = self.t_hi > self.t_lo
+
+    def tell(self, tr, pt, r, simulated) -> None:
+        """Tell trial ``tr`` the result ``r`` of its point ``pt`` (None: pruned), and count it."""
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        study, evaluate, space, excluded = self.study, self.evaluate, self.space, self.excluded
+        rec = trial_record(evaluate, space, pt, r, simulated=simulated, worker=self.worker, phase="explore",
                            excluded=excluded)
         c = constraint(evaluate, r, pt, excluded)
         try:
             tr.set_user_attr(TRIAL_ATTR, rec)
-            if new_api:
+            if self.new_api:
                 tr.set_constraint("slo", c)
             else:
                 tr.set_user_attr("constraint", (c,))
@@ -74,80 +95,107 @@ def explore(study, evaluate, space, *, n_trials: int, batch: int, exclude: Seque
                 raise
             # another worker failed this trial as stale (this process was too slow): keep the
             # result anyway, as a trial of its own
-            study.add_trial(_frozen(space, pt, rec, c, new_api))
-        inflight.pop(tr.number, None)
-        if hb is not None:
-            hb.discard(tr._trial_id)
+            study.add_trial(_frozen(space, pt, rec, c, self.new_api))
+        self.inflight.pop(tr.number, None)
+        if self.hb is not None:
+            self.hb.discard(tr._trial_id)
+        stats = self.stats
         stats.told += 1
         stats.simulated += int(simulated)
         stats.pruned += int(r is None)
         stats.reused += int(r is not None and not simulated)
 
-    try:
-        while True:
-            if rdb is not None:
-                stats.failed += fail_stale(study, rdb, inflight)
-            trials = study.get_trials(deepcopy=False)
-            sync(trials, evaluate)
-            complete = sum(t.state == TrialState.COMPLETE and _explored(t) for t in trials)
-            running = sum(t.state == TrialState.RUNNING for t in trials)
-            k = min(batch, n_trials - complete - running)
-            if k <= 0:
-                stats.complete, stats.running = complete, running
-                break
-            asked = []
-            for _ in range(k):
-                tr = _ask(study, worker) if rdb is not None else study.ask()
-                inflight[tr.number] = tr
-                if hb is not None:
-                    hb.add(tr._trial_id)
-                p = tr.suggest_int("prompt", p_lo, p_hi)
-                t = tr.suggest_int("token", t_lo, t_hi) if t_hi > t_lo else t_lo
-                asked.append((tr, (int(p), int(t))))
-            stats.rounds += 1
-            leader = _leaders(study, evaluate, inflight, t_lo, has_token) if rdb is not None else {}
-            todo, sims, follow = [], set(), []
-            for tr, pt in asked:
-                if pt[1] < lower[pt[0] - p_lo]:
-                    continue
-                if pt in evaluate.cache:
-                    continue
-                lead = leader.get(pt)
-                if lead is not None and lead < tr.number:
-                    follow.append((tr, pt, lead))
-                    continue
-                if pt not in sims:
-                    sims.add(pt)
-                    todo.append(pt)
-            known = set(evaluate.cache)
-            if todo:
-                evaluate(todo)
-            fresh = set(todo)
-            for tr, pt in asked:
-                if any(f[0] is tr for f in follow):
-                    continue
-                if pt[1] < lower[pt[0] - p_lo]:
-                    tell(tr, pt, None, False)
-                    continue
-                simulated = pt in fresh and pt not in known
-                fresh.discard(pt)         # later trials of the same point in this batch reuse it
-                tell(tr, pt, evaluate.cache[pt], simulated)
-            if follow:
-                stats.waited += len(follow)
-                _wait_for_leaders(study, evaluate, rdb, follow, tell, inflight, stats)
-    except BaseException:
-        for number, tr in list(inflight.items()):   # Ctrl-C or a crash: never leave RUNNING trials
+    def next_round(self, n_trials: int, batch: int) -> bool:
+        """Ask a batch of trials, simulate the points no one has and tell them all; False (and the
+        final counts in ``stats``) once the study holds ``n_trials``."""
+        k = self._to_ask(n_trials, batch)
+        if k <= 0:
+            return False
+        asked = self._ask_batch(k)
+        self.stats.rounds += 1
+        todo, follow = self._plan(asked)
+        self._simulate_and_tell(asked, todo, follow)
+        if follow:
+            self.stats.waited += len(follow)
+            _wait_for_leaders(self.study, self.evaluate, self.rdb, follow, self.tell, self.inflight, self.stats)
+        return True
+
+    def _to_ask(self, n_trials: int, batch: int) -> int:
+        """How many trials to ask now (at most ``batch``): the study's TPE trials short of ``n_trials``,
+        after failing the stale trials of dead workers."""
+        from optuna.trial import TrialState
+
+        study = self.study
+        if self.rdb is not None:
+            self.stats.failed += fail_stale(study, self.rdb, self.inflight)
+        trials = study.get_trials(deepcopy=False)
+        sync(trials, self.evaluate)
+        complete = sum(t.state == TrialState.COMPLETE and _explored(t) for t in trials)
+        running = sum(t.state == TrialState.RUNNING for t in trials)
+        k = min(batch, n_trials - complete - running)
+        if k <= 0:
+            self.stats.complete, self.stats.running = complete, running
+        return k
+
+    def _ask_batch(self, k: int) -> list:
+        """Ask ``k`` trials for their points: [(trial, (prompt, token))]."""
+        asked = []
+        for _ in range(k):
+            tr = _ask(self.study, self.worker) if self.rdb is not None else self.study.ask()
+            self.inflight[tr.number] = tr
+            if self.hb is not None:
+                self.hb.add(tr._trial_id)
+            p = tr.suggest_int("prompt", self.p_lo, self.p_hi)
+            t = tr.suggest_int("token", self.t_lo, self.t_hi) if self.t_hi > self.t_lo else self.t_lo
+            asked.append((tr, (int(p), int(t))))
+        return asked
+
+    def _plan(self, asked: list) -> tuple[list, list]:
+        """The points of a batch to simulate here (each once), and the trials that wait for another
+        process's trial of the same point: [(trial, point, leader's number)]."""
+        leader = (_leaders(self.study, self.evaluate, self.inflight, self.t_lo, self.has_token)
+                  if self.rdb is not None else {})
+        todo, sims, follow = [], set(), []
+        for tr, pt in asked:
+            if pt[1] < self.lower[pt[0] - self.p_lo]:
+                continue
+            if pt in self.evaluate.cache:
+                continue
+            lead = leader.get(pt)
+            if lead is not None and lead < tr.number:
+                follow.append((tr, pt, lead))
+                continue
+            if pt not in sims:
+                sims.add(pt)
+                todo.append(pt)
+        return todo, follow
+
+    def _simulate_and_tell(self, asked: list, todo: list, follow: list) -> None:
+        """Simulate ``todo`` and tell every trial of the batch but the followers."""
+        evaluate = self.evaluate
+        known = set(evaluate.cache)
+        if todo:
+            evaluate(todo)
+        fresh = set(todo)
+        for tr, pt in asked:
+            if any(f[0] is tr for f in follow):
+                continue
+            if pt[1] < self.lower[pt[0] - self.p_lo]:
+                self.tell(tr, pt, None, False)
+                continue
+            simulated = pt in fresh and pt not in known
+            fresh.discard(pt)         # later trials of the same point in this batch reuse it
+            self.tell(tr, pt, evaluate.cache[pt], simulated)
+
+    def fail_inflight(self) -> None:
+        """Fail every trial still in flight (the database may be the cause: errors are ignored)."""
+        from optuna.trial import TrialState
+
+        for number, tr in list(self.inflight.items()):
             try:
-                study.tell(tr, state=TrialState.FAIL, skip_if_finished=True)
+                self.study.tell(tr, state=TrialState.FAIL, skip_if_finished=True)
             except Exception:  # noqa: BLE001 - the database may be the cause
                 pass
-        raise
-    finally:
-        if hb is not None:
-            hb.stop()
-    if log is not None:
-        log(stats.summary())
-    return stats
 
 
 def _ask(study, worker: str):
