@@ -3,7 +3,7 @@
     python benchmarks/ab_fluid.py              # the fluid model as it is now, against the cached oracle
     python benchmarks/ab_fluid.py --refresh    # recompute the oracle's results first (about 6 minutes)
 
-The oracle (``oracle.py``) does not change with ``fluid.py``, so its results over the 564 points
+The oracle (``sim/events``) does not change with ``sim/fluid``, so its results over the 564 points
 are computed once and kept (``--cache``); each run then simulates only the fluid model (about
 35 s), so two variants compare within minutes, on one machine state. The points: 144 near the
 Splitwise frontiers (coding at 70 req/s, seeds 0 and 1), 276 around the planner's answers in the

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from splitwise_plan.planning.planner import REFERENCE_GRID, PlanRequest, plan  # noqa: E402
+from splitwise_plan.planning import REFERENCE_GRID, PlanRequest, plan  # noqa: E402
 
 CALIBRATION = "data/splitwise-sim/reference_results_calibration.csv"
 

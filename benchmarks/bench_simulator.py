@@ -208,7 +208,7 @@ def planner_answers() -> None:
     if not (base / "reference_results_calibration.csv").is_file():
         print(f"[planner] skipped: no reference data under {base}")
         return
-    from splitwise_plan.planning.planner import PlanRequest, plan
+    from splitwise_plan.planning import PlanRequest, plan
     table = pd.read_csv(base / "reference_results_calibration.csv")
     t0 = time.perf_counter()
     res = plan(PlanRequest(goal="min-cost", trace=str(base / "rr_code_70_2min.csv"), designs=("HH", "H100", "A100")))

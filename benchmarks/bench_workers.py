@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from splitwise_plan.planning import stored  # noqa: E402
 from splitwise_plan.search import storage as st  # noqa: E402
 from splitwise_plan.search.storage import heartbeat, urls  # noqa: E402
-from splitwise_plan.planning.planner import PlanRequest  # noqa: E402
+from splitwise_plan.planning import PlanRequest  # noqa: E402
 
 
 def run(url: str, args, workers: int) -> dict:

@@ -24,7 +24,9 @@ _EXPORTS = {
     "perf.profiles": ("ProfileSet", "ProfileEntry", "ProfileAccuracy", "load_profiles", "profile_accuracy"),
     "sim.cluster": ("SchedulerConfig",),
     "sim.simulator": ("Simulator", "SimulationResult"),
-    "planning.planner": ("plan", "PlanRequest", "PlanResult", "DesignPlan"),
+    "planning.planner": ("plan",),
+    "planning.request": ("PlanRequest",),
+    "planning.result": ("PlanResult", "DesignPlan"),
     "report.plan": ("render_plan", "plan_report", "write_reports"),
 }
 _RENAMED = {"render_plan": "render"}   # exported under another name than its module's
@@ -56,7 +58,9 @@ if TYPE_CHECKING:   # what static tools and IDEs see: the same names, imported e
     from splitwise_plan.inputs.models import BUILTIN_MODELS, ModelSpec, get_model
     from splitwise_plan.inputs.paths import data_dir, data_file
     from splitwise_plan.report.plan import plan_report, render as render_plan, write_reports
-    from splitwise_plan.planning.planner import DesignPlan, PlanRequest, PlanResult, plan
+    from splitwise_plan.planning.planner import plan
+    from splitwise_plan.planning.request import PlanRequest
+    from splitwise_plan.planning.result import DesignPlan, PlanResult
     from splitwise_plan.perf.profiles import ProfileAccuracy, ProfileEntry, ProfileSet, load_profiles, profile_accuracy
     from splitwise_plan.sim.simulator import SimulationResult, Simulator
     from splitwise_plan.inputs.slos import SLO, SLOSet, load_slos

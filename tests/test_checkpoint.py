@@ -218,7 +218,7 @@ def test_a_smaller_sweep_or_one_stopped_by_a_typo_keeps_what_a_stopped_sweep_kep
 
 
 def test_a_file_given_by_another_path_is_the_same_input(tmp_path, monkeypatch):
-    from splitwise_plan.planning.planner import PlanRequest
+    from splitwise_plan.planning import PlanRequest
     slo = tmp_path / "my.toml"
     slo.write_text((Path(__file__).resolve().parents[1] / "slos" / "paper.toml").read_text())
     monkeypatch.chdir(tmp_path)

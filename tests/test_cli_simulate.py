@@ -118,7 +118,7 @@ def test_a_sweep_simulates_event_by_event_where_the_fluid_model_is_unreliable(ca
 
 
 def test_without_the_fluid_simulator_a_sweep_runs_event_by_event(capsys, monkeypatch):
-    """A build without ``fluid.py``: --method auto takes the oracle, --method fluid is one line, exit 2."""
+    """A build without the fluid model: --method auto takes the oracle, --method fluid is one line, exit 2."""
     import splitwise_plan.sim.simulator as simulator
     monkeypatch.setattr(simulator, "fluid_available", lambda: False)
     args = ["sweep", "--design", "HH", "--prompt", "2:3", "--token", 1, "--rps", 5, "--duration", 20, "--quiet"]

@@ -16,13 +16,14 @@ import pandas as pd
 import pytest
 
 import splitwise_plan.report.plan as plan_reports
+import splitwise_plan.planning as planning
 import splitwise_plan.planning.planner as planner
 import splitwise_plan.cli.progress as progress_mod
 import splitwise_plan.report.formats as reports
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.report.plan import comparison, csv_columns, csv_rows, plan_report, plan_title, write_reports
-from splitwise_plan.planning.planner import DesignPlan, PlanRequest, PlanResult, plan
+from splitwise_plan.planning import DesignPlan, PlanRequest, PlanResult, plan
 
 QUICK = ["--goal", "min-cost", "--rps", "10", "--designs", "HH,H100", "--duration", "20",
          "--confirm-method", "fluid", "--jobs", "1"]
@@ -167,7 +168,7 @@ def test_bad_output_path_fails_before_planning(capsys, tmp_path, monkeypatch, ex
     def boom(*a, **k):
         raise AssertionError("the planner ran before the output paths were checked")
 
-    monkeypatch.setattr(planner, "plan", boom)
+    monkeypatch.setattr(planning, "plan", boom)
     code, out, err = run(capsys, *QUICK, *(a.format(tmp=tmp_path) for a in extra))
     assert_user_error(code, out, err, needle)
 

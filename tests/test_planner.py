@@ -10,8 +10,11 @@ from splitwise_plan import PlanRequest, plan
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.report import plan as plan_reports
-from splitwise_plan.planning import planner
-from splitwise_plan.planning.planner import budget_points, gain_text, DesignPlan, Inputs
+from splitwise_plan.planning import iso
+from splitwise_plan.planning import DesignPlan, Inputs, gain_text
+from splitwise_plan.planning.budget import budget_points
+from splitwise_plan.planning.confirm import Confirmer
+from splitwise_plan.sim import simulator
 from splitwise_plan.search.evaluator import passes
 from splitwise_plan.sim.simulator import Simulator
 from splitwise_plan.inputs.workloads import load_workload
@@ -126,7 +129,7 @@ def test_the_answer_steps_down_past_points_the_search_failed_far_off():
     assert (ha.status, ha.prompt, ha.token) == ("ok", 7, 6) and searched and searched.groups() != ("7", "6")
     stream = load_workload("coding").generate(70, duration_s=60, seed=0)
     fluid = Simulator(stream, "llama2-70b", tensor_parallel=2)
-    assert fluid.run("HA", 7, 6).tightest["ratio"] > planner._FLUID_SLACK
+    assert fluid.run("HA", 7, 6).tightest["ratio"] > iso._FLUID_SLACK
     oracle = Simulator(stream, "llama2-70b", tensor_parallel=2, method="events")
     assert oracle.run("HA", 7, 6).slo_met
     assert not any(oracle.run("HA", p, t).slo_met for p, t in ((6, 6), (7, 5), (6, 7)))
@@ -137,7 +140,7 @@ def test_side_processes_give_the_same_plan(min_cost, cores, monkeypatch):
     # With two jobs the baselines and the confirmations run in other processes, the Splitwise
     # searches in lockstep here (with more than two cores the next candidates' confirmations
     # also start ahead): the answers must not change, and the run must end.
-    monkeypatch.setattr(planner.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(simulator.os, "cpu_count", lambda: cores)
     par = plan(goal="min-cost", **dict(SMALL, jobs=2))
     for a in min_cost.designs:
         b = par.get(a.design)
@@ -186,7 +189,7 @@ def test_max_throughput_tries_the_next_design_at_a_rate_before_lowering_it(monke
         calls.append((rate, pt))
         return len(calls) > 1 and rate <= calls[0][0], search_result, None   # and nothing above that rate
 
-    monkeypatch.setattr(planner._Confirmer, "__call__", confirm)
+    monkeypatch.setattr(Confirmer, "__call__", confirm)
     res = plan(goal="max-throughput", budget_power="20xH100", designs="HH", duration=10, jobs=1,
                rate_tol=1.0, search_method="fluid")
     d = res.get("HH")
@@ -539,7 +542,7 @@ def test_a_machine_dict_naming_one_machine_twice_by_case_is_refused():
 
 def test_a_rejection_note_never_rounds_a_ratio_onto_the_other_side_of_its_limit():
     """A miss at 1.000088 of its limit read '1.000' in the notes, and a pass at 0.99996 did too."""
-    from splitwise_plan.planning.planner import _ratio_text
+    from splitwise_plan.planning.objectives import ratio_text as _ratio_text
     assert [_ratio_text(r) for r in (0.997, 1.000088, 0.99996, 1.0, 1.25)] == [
         "0.997", "1.000088", "0.999960", "1.000", "1.250"]
 

@@ -29,7 +29,7 @@ from splitwise_plan.search import storage as st
 from splitwise_plan.search.storage import heartbeat, urls
 from splitwise_plan.cli import app, main
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.planning.planner import PlanRequest, plan
+from splitwise_plan.planning import PlanRequest, plan
 from splitwise_plan.search.strategies import Evaluator, Space, exhaustive_search, optuna_search
 
 REPO = Path(__file__).resolve().parents[1]

@@ -92,7 +92,7 @@ def root(
     if goal is None and rps is None and budget_power is None and budget_cost is None and trace is None:
         typer.echo(ctx.get_help())
         return
-    from splitwise_plan.planning.planner import PlanRequest
+    from splitwise_plan.planning import PlanRequest
 
     if goal is None:
         goal = "max-throughput" if (budget_power or budget_cost) else "min-cost"
@@ -111,7 +111,7 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
     """Run the planner with a progress bar (per finished design), then write the reports and the table."""
     from splitwise_plan.report.checkpoint import stopped_note
     from splitwise_plan.report.plan import plan_report, render, write_reports
-    from splitwise_plan.planning.planner import plan
+    from splitwise_plan.planning import plan
     from splitwise_plan.cli.progress import progress
 
     check_output_options(json_out, csv_out, plot, inputs=req.input_files())   # a bad path fails now, not after the run

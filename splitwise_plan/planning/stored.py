@@ -18,10 +18,13 @@ import numpy as np
 
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.inputs.paths import file_sha256
+from splitwise_plan.planning.objectives import grid_limits, key_fn, pool_units
+from splitwise_plan.planning.request import Inputs, PlanRequest, default_batch
 from splitwise_plan.search import Evaluator, Space, capacity_model
 from splitwise_plan.search.storage import (ATTR, SCHEMA, best_trial, check_sqlite_file, check_storage, explore,
                                            normalize_storage, open_storage, open_study, redact, sqlite_file,
                                            study_names, worker_id)
+
 
 def _abs_if_file(value):
     if value is None:
@@ -91,7 +94,6 @@ def search_options(req, design, method: str, space, units: tuple[dict, dict], ra
 def plan_space(req, design: str):
     """(evaluator, space, units, rate, batch, method) of one design, built as the planner builds them."""
     from splitwise_plan.inputs.designs import get_design
-    from splitwise_plan.planning.planner import Inputs, key_fn, grid_limits, pool_units, default_batch
 
     d = get_design(design)
     method = req.resolved_search_method()
@@ -124,8 +126,6 @@ def prepare(req, design: str, n_trials: int = 24) -> str:
 
 def rebuild(attrs: dict):
     """(evaluator, space) of a stored question: the worker's view of the planner's search."""
-    from splitwise_plan.planning.planner import Inputs, PlanRequest, key_fn
-
     if attrs.get("schema") != SCHEMA:
         raise SplitwisePlanError(f"the study was made by another splitwise-plan version (schema {attrs.get('schema')})")
     r = dict(attrs["request"])

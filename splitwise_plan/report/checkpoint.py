@@ -39,7 +39,7 @@ def _point_of(d: dict):
 
 def _design_of(d: dict):
     """A plan's line: a design's answer, keyed by the design's name."""
-    from splitwise_plan.planning.planner import DesignPlan
+    from splitwise_plan.planning import DesignPlan
 
     p = DesignPlan.from_record(d)
     if not isinstance(p.design, str):

@@ -56,7 +56,7 @@ class Evaluator:
         self.seconds = 0.0
         #: optional hooks (None: plain in-memory caching): ``prefetch(points)`` may fill the
         #: cache before a call (results other processes stored), ``record(points, results)``
-        #: sees every new simulation (to store it); used by :mod:`.study`
+        #: sees every new simulation (to store it); used by :mod:`splitwise_plan.search.storage`
         self.prefetch: Callable[[list[Point]], None] | None = None
         self.record: Callable[[list[Point], list], None] | None = None
 

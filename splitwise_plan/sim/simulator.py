@@ -3,8 +3,8 @@
 ``Simulator`` binds the inputs (stream, model, profiles, machines, SLOs) once and
 evaluates designs with one of two methods:
 
-- ``"fluid"``: the vectorized fluid-queue simulator (``fluid.py``), fast, many designs per call;
-- ``"events"``: the discrete-event oracle (``oracle.py``), slow and literal.
+- ``"fluid"``: the vectorized fluid-queue simulator (:mod:`splitwise_plan.sim.fluid`), fast, many designs per call;
+- ``"events"``: the discrete-event simulator (:mod:`splitwise_plan.sim.events`, also called the oracle), slow and literal.
 """
 
 from __future__ import annotations

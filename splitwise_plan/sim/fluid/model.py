@@ -33,7 +33,7 @@ more than one. Per design it keeps:
 
 A design whose queue makes a request wait longer than ``overload_s`` is stopped there
 and dropped from the batch (its later requests are unfinished). It is an approximation
-of the discrete-event rules in ``oracle.py``; benchmarks and tests measure how close.
+of the discrete-event rules in :mod:`splitwise_plan.sim.events`; benchmarks and tests measure how close.
 """
 
 from __future__ import annotations

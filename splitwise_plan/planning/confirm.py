@@ -1,0 +1,173 @@
+"""Confirmation: the confirm simulator (the discrete-event oracle by default) re-checks a search's answer
+on every seed's stream, and a point holds when each passes with the request's margin
+(:class:`Confirmer`, which may run its simulations ahead in side processes, :class:`Pool`). Also the
+search's simulator over every seed's stream (:class:`OverSeeds`), so the search asks what confirmation will.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import replace
+
+from splitwise_plan.planning.request import Inputs, PlanRequest
+from splitwise_plan.planning.streams import first_stream, on_stream, severity, stream_seeds, worst_per_point
+from splitwise_plan.search import Evaluator, Space, passes, search
+from splitwise_plan.sim.simulator import Simulator
+
+
+class Pool:
+    """Side processes that remember their jobs, so that closing drops the ones still pending
+    (confirmations started ahead and no longer needed) instead of awaiting them."""
+
+    def __init__(self, executor) -> None:
+        self.executor, self.jobs = executor, []
+
+    def submit(self, fn, *args):
+        self.jobs.append(self.executor.submit(fn, *args))
+        return self.jobs[-1]
+
+    def close(self, kill: bool = False) -> None:
+        """Drop the pending jobs; wait for the running ones, or (``kill``: the caller was stopped) end them."""
+        for job in self.jobs:
+            job.cancel()
+        if kill:
+            self.executor.shutdown(wait=True, kill_workers=True)
+        else:
+            self.executor.shutdown(wait=True)
+
+
+class OverSeeds:
+    """The search's simulator on every seed's stream, a point's result its worst: so the search
+    asks what confirmation will (with ``seeds`` K, the worst of K streams), and its answer is not
+    a point that holds on the first stream only (which confirmation then rejects, and the next,
+    until the design is given up)."""
+
+    def __init__(self, inputs: Inputs, req: PlanRequest, method: str, first: Simulator, rate=None) -> None:
+        seeds = stream_seeds(inputs, req)
+        rate = req.rps if rate is None else rate   # max-throughput searches at rates of its own
+        self.sims = [first] + [inputs.simulator(inputs.stream(rate, s), method, search=True) for s in seeds[1:]]
+        self.tags = [None] if inputs.trace is not None else seeds   # each result's stream (a trace has no seed)
+
+    def run_points(self, points) -> list:
+        return worst_per_point([[replace(r, seed=k) for r in s.run_points(points)] for k, s in zip(self.tags, self.sims)])
+
+    def run_many(self, design: str, points) -> list:
+        return worst_per_point([[replace(r, seed=k) for r in s.run_many(design, points)] for k, s in zip(self.tags, self.sims)])
+
+
+def _confirm_sim(inputs: Inputs, req: PlanRequest, rate, seed: int) -> Simulator:
+    """The confirm method's simulator on one stream at ``rate``."""
+    return inputs.simulator(inputs.stream(rate, seed), req.confirm_method)
+
+
+def _confirm_run(inputs: Inputs, req: PlanRequest, design: str, pt, rate, seed: int):
+    """One confirmation simulation (a picklable task for another process)."""
+    return _confirm_sim(inputs, req, rate, seed).run(design, *pt)
+
+
+class Confirmer:
+    """Runs the confirm method over ``seeds`` streams at one rate and keeps the worst result; a
+    point holds when every stream passes with the request's margin, as in the search.
+
+    With a process ``pool`` (and the ``lockstep`` its search runs in) each simulation runs
+    there, while the other designs' searches go on here.
+    """
+
+    def __init__(self, inputs: Inputs, req: PlanRequest, search_method: str, pool=None, lockstep=None,
+                 search_over_seeds: bool = False) -> None:
+        self.inputs, self.req, self.search_method = inputs, req, search_method
+        self.pool, self.lockstep = pool, lockstep
+        self.search_over_seeds = search_over_seeds   # a search result is then the worst over all the seeds
+        self.threshold = 1.0 - req.margin
+        self._sims: dict = {}
+        self._jobs: dict = {}        # (design, point, rate, seed) -> Future of the pool
+        self.runs = 0
+        self.history: list = []      # ((rate, worst SimulationResult), ...): every point confirmed, in order
+
+    def confirmed(self, rate: float | None = None) -> tuple:
+        """:attr:`history` for a :class:`DesignPlan`: a trace's rate (None here) as ``rate``, the plan's."""
+        return tuple((float(rate if r is None else r), res) for r, res in self.history)
+
+    def _sim(self, rate, seed):
+        k = (rate, seed)
+        if k not in self._sims:
+            self._sims[k] = _confirm_sim(self.inputs, self.req, rate, seed)
+        return self._sims[k]
+
+    def _submit(self, design: str, pt, rate, seed: int):
+        key = (design, tuple(pt), rate, seed)
+        if key not in self._jobs:
+            self._jobs[key] = self.pool.submit(_confirm_run, self.inputs, self.req, design, pt, rate, seed)
+        return self._jobs[key]
+
+    def prefetch(self, design: str, pt, rate) -> None:
+        """Start confirming ``pt`` in the pool (on the first stream) before it is asked for."""
+        if self.pool is not None and self.req.confirm_method != self.search_method:
+            self._submit(design, pt, rate, self.req.seed)
+
+    def searches_done(self) -> bool:
+        """Has every other design's search in this process ended (so confirmations started ahead slow none)?"""
+        if self.lockstep is None:
+            return True
+        with self.lockstep.away():
+            return self.lockstep.idle()
+
+    def __call__(self, design: str, pt, rate, search_result=None):
+        """(all seeds pass?, worst SimulationResult, simulations run)."""
+        req = self.req
+        if search_result is not None and req.confirm_method == self.search_method and self.search_over_seeds:
+            # the search ran these simulations (on the first stream alone when there is one)
+            worst = on_stream(search_result, first_stream(self.inputs, req))
+            self.history.append((rate, worst))
+            return passes(search_result, self.threshold), worst, 0
+        results, runs = [], 0
+        trace = self.inputs.trace is not None
+        for s in stream_seeds(self.inputs, req):
+            if (s == req.seed and search_result is not None and req.confirm_method == self.search_method):
+                results.append(replace(search_result, seed=None if trace else s))   # the search ran it already
+                continue
+            if self.pool is not None:
+                key = (design, tuple(pt), rate, s)
+                job = self._submit(*key)
+                with self.lockstep.away():   # the other searches go on meanwhile
+                    if self.lockstep.idle() and job.cancel():   # not started, and nothing else runs here
+                        job = self._jobs[key] = Future()
+                        job.set_result(self._sim(rate, s).run(design, *pt))
+                    results.append(job.result())
+            else:
+                results.append(self._sim(rate, s).run(design, *pt))
+            results[-1] = replace(results[-1], seed=None if trace else s)
+            runs += 1
+            if not passes(results[-1], self.threshold):
+                break
+        self.runs += runs
+        worst = max(results, key=severity)
+        self.history.append((rate, worst))
+        return all(passes(r, self.threshold) for r in results), worst, runs
+
+    def lookahead(self, ev: Evaluator, space: Space, design: str, rate, excluded: list, best, depth: int,
+                  batch: int) -> None:
+        """Prefetch the confirmations of the ``depth`` points the search would return next, should
+        ``best`` (then each next one) fail confirmation, as far as they need no new simulation."""
+        if self.pool is None:
+            return
+        dry = Evaluator(run=_no_simulation, threshold=ev.threshold)
+        dry.cache = ev.cache          # read only: a new point ends the look-ahead before it is stored
+        out = list(excluded) + [best]
+        for _ in range(depth):
+            try:
+                nxt = search(dry, space, "frontier", exclude=out, batch=batch).best
+            except _NeedsSimulation:
+                return
+            if nxt is None:
+                return
+            self.prefetch(design, nxt, rate)
+            out.append(nxt)
+
+
+class _NeedsSimulation(Exception):
+    pass
+
+
+def _no_simulation(points):
+    raise _NeedsSimulation

@@ -1,0 +1,179 @@
+"""What a plan answers: per design a :class:`DesignPlan` (its machine counts, cost, power and rate,
+the worst confirmed result, every point simulated), and for the whole plan a :class:`PlanResult` (the
+designs ranked, the winner, its gains over the baselines), with their JSON forms (:func:`json_number`:
+a number, or None for NaN and infinities).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.inputs.designs import get_design
+from splitwise_plan.planning.request import PlanRequest, input_label, stream_of
+
+
+@dataclass(frozen=True)
+class DesignPlan:
+    """The planner's answer for one design."""
+
+    design: str
+    short: str
+    status: str                     # ok | infeasible | unconfirmed
+    prompt: int = 0
+    token: int = 0
+    cost: float = float("nan")
+    power: float = float("nan")
+    rate: float = float("nan")      # req/s the design holds (the asked rate for iso-throughput)
+    result: object | None = field(default=None, repr=False)   # worst confirmed SimulationResult
+    bound: float = float("nan")     # ILP lower bound of the objective (upper bound of the rate multiplier)
+    evaluations: int = 0            # simulations by the search method
+    confirmations: int = 0          # simulations by the confirm method
+    grid_size: int = 0
+    candidates: int = 0
+    seconds: float = field(default=0.0, compare=False)
+    note: str = ""
+    #: ((rate, SimulationResult), ...): every point the search method simulated (the CSV report's rows)
+    evaluated: tuple = field(default=(), repr=False, compare=False)
+    #: ((rate, SimulationResult), ...): every point the confirm method checked, held or rejected, in order
+    confirmed: tuple = field(default=(), repr=False, compare=False)
+
+    def __eq__(self, other) -> bool:
+        """Equal answers (NaN equals NaN here, and the time taken does not count)."""
+        if not isinstance(other, DesignPlan):
+            return NotImplemented
+        mine, theirs = self.to_dict(), other.to_dict()
+        mine.pop("seconds"), theirs.pop("seconds")
+        return mine == theirs
+
+    __hash__ = None   # a result holds dicts
+
+    @property
+    def machines(self) -> int:
+        return self.prompt + self.token
+
+    @property
+    def headroom(self) -> float:
+        """1 - the tightest SLO's value/limit ratio on the worst confirmation stream."""
+        if self.result is None or not self.result.tightest:
+            return float("nan")
+        return 1.0 - float(self.result.tightest["ratio"])
+
+    def to_record(self) -> dict:
+        """The whole answer as JSON-able data (its results and evaluated points too): what a stopped
+        plan keeps of each finished design (see :func:`from_record`)."""
+        from splitwise_plan.search.storage import encode_result
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("result", "evaluated", "confirmed")}
+        out["result"] = None if self.result is None else encode_result(self.result)
+        for name in ("evaluated", "confirmed"):
+            out[name] = [[float(rate), encode_result(r)] for rate, r in getattr(self, name)]
+        return out
+
+    @classmethod
+    def from_record(cls, d: dict) -> "DesignPlan":
+        """The inverse of :meth:`to_record` (an error of the ``ValueError``, ``KeyError`` or ``TypeError`` kind
+        for data that is not one)."""
+        from splitwise_plan.search.storage import decode_result
+        from splitwise_plan.sim.simulator import SimulationResult
+
+        def result(x):
+            r = decode_result(x)
+            if not isinstance(r, SimulationResult):
+                raise TypeError("not a simulation result")
+            return r
+        try:
+            vals = dict(d)
+            vals["result"] = None if d["result"] is None else result(d["result"])
+            vals["evaluated"] = tuple((float(rate), result(r)) for rate, r in d["evaluated"])
+            vals["confirmed"] = tuple((float(rate), result(r)) for rate, r in d.get("confirmed", ()))   # (since 2026-12)
+            return cls(**vals)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:   # (SplitwisePlanError is a ValueError)
+            raise SplitwisePlanError(f"not a record made by DesignPlan.to_record (a report's entry is not one): "
+                                     f"{type(exc).__name__}: {exc}") from None
+
+    def to_dict(self, rate_bound: bool = False) -> dict:
+        """The answer as the JSON report has it; ``rate_bound``: ``bound`` is a rate (max-throughput: the
+        capacity model's upper bound, ``bound_rps``), else the ILP's lower bound on the cost or power."""
+        r = self.result
+        none = self.machines == 0   # no answer (infeasible, or nothing held): no count, as no cost
+        return {"design": self.design, "short": self.short, "status": self.status,
+                "prompt_machines": None if none else self.prompt, "token_machines": None if none else self.token,
+                "machines": None if none else self.machines, "cost": json_number(round(self.cost, 6)),
+                "power": json_number(round(self.power, 6)), "rate_rps": json_number(self.rate), "slo_headroom": json_number(self.headroom),
+                "slo_met": None if r is None else bool(r.slo_met),
+                "tightest": None if r is None or not r.tightest else {
+                    k: (json_number(v) if isinstance(v, float) else v) for k, v in r.tightest.items()},
+                "evaluations": self.evaluations, "confirmations": self.confirmations,
+                "grid_size": self.grid_size, "candidates": self.candidates,
+                "bound": None if rate_bound else json_number(round(self.bound, 6)),
+                "bound_rps": json_number(round(self.bound, 6)) if rate_bound else None,
+                "seconds": round(self.seconds, 3), "note": self.note,
+                "seed": None if r is None else r.seed,   # the stream of ``result`` (the worst of --seeds)
+                "result": self.result.to_dict() if self.result is not None else None}
+
+
+def json_number(v):
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """All designs ranked by the goal, the winner and its gains over the baselines."""
+
+    request: PlanRequest
+    designs: tuple[DesignPlan, ...]
+    winner: str | None
+    gains: tuple[str, ...]
+    search_method: str
+    seconds: float = field(compare=False)
+    #: the report's ``inputs`` block, made as the plan ran (its files then, not as they are later)
+    inputs: dict | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def trace_s(self) -> float | None:
+        """The replayed trace's duration (None: a generated stream, or a result built by hand)."""
+        return self.inputs["duration_s"] if self.request.trace is not None and self.inputs is not None else None
+
+    @property
+    def budget(self) -> float | None:
+        """A max-throughput plan's budget as its machine catalog prices it (None: another goal, or unknown)."""
+        return (self.inputs or {}).get("budget", {}).get("amount")
+
+    @property
+    def evaluations(self) -> int:
+        return sum(d.evaluations for d in self.designs)
+
+    @property
+    def confirmations(self) -> int:
+        return sum(d.confirmations for d in self.designs)
+
+    @property
+    def grid_size(self) -> int:
+        return sum(d.grid_size for d in self.designs)
+
+    def get(self, design: str) -> DesignPlan:
+        name = get_design(design).name
+        for d in self.designs:
+            if d.design == name:
+                return d
+        raise SplitwisePlanError(f"design {name} was not planned")
+
+    def to_dict(self) -> dict:
+        r = self.request
+        workload, duration, seed = stream_of(r, self.trace_s)
+        rate = r.rps if r.rps is not None or r.goal == "max-throughput" else (self.inputs or {}).get("rate_rps")
+        return {"goal": r.goal, "rate_rps": None if rate is None else float(rate), "budget_power": r.budget_power,
+                "budget_cost": r.budget_cost, "model": r.model, "workload": input_label(workload),
+                "trace": input_label(r.trace),
+                "duration": float(duration),   # floats however given (20 from Python, 20.0 from the CLI)
+                "seed": seed, "seeds": r.seeds if r.trace is None else 1, "tp": r.tp, "strategy": r.strategy,
+                "margin": r.margin,
+                "search_method": self.search_method,
+                "confirm_method": r.confirm_method, "winner": self.winner, "gains": list(self.gains),
+                "evaluations": self.evaluations, "confirmations": self.confirmations,
+                "grid_size": self.grid_size, "seconds": round(self.seconds, 3),
+                "designs": [d.to_dict(rate_bound=r.goal == "max-throughput") for d in self.designs]}
