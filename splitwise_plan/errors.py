@@ -1,9 +1,22 @@
-"""The one error type users see: a one-line message naming the input and what is wrong."""
+"""The one error type users see: a one-line message naming the input and what is wrong.
+
+A message names a domain object's field with :func:`input_name`: through the Python API it reads as the
+field (``rps must be positive``), and the command line renders it as its option (``--rps must be
+positive``, :meth:`SplitwisePlanError.render`).
+"""
 
 from __future__ import annotations
 
 import math
 import numbers
+import re
+
+_FIELD = re.compile("\ue000([A-Za-z_][A-Za-z0-9_]*)\ue000")   # a field's name between two private-use marks
+
+
+def input_name(name: str) -> str:
+    """A field's name as an error message names it (read as ``name``; the CLI shows its option)."""
+    return f"\ue000{name}\ue000"
 
 
 class SplitwisePlanError(ValueError):
@@ -12,6 +25,13 @@ class SplitwisePlanError(ValueError):
     def __init__(self, message: str) -> None:
         # Keep the message on one line so the CLI can print it as ``error: <message>``.
         super().__init__(" ".join(str(message).split()))
+
+    def __str__(self) -> str:
+        return self.render(lambda name: name)
+
+    def render(self, name_of) -> str:
+        """The message with each :func:`input_name` named by ``name_of(field)`` (the CLI: its option)."""
+        return _FIELD.sub(lambda m: name_of(m.group(1)), super().__str__())
 
 
 class Stopped(KeyboardInterrupt):
@@ -78,9 +98,9 @@ def real_number(value, what: str) -> float:
     return float(value)
 
 
-def seed_value(value, what: str = "--seed") -> int:
+def seed_value(value, what: str | None = None) -> int:
     """``value`` as a random seed numpy takes (a whole number >= 0), or a user error naming ``what``."""
-    return whole_number(value, what, 0)
+    return whole_number(value, input_name("seed") if what is None else what, 0)
 
 
 def plural(n: int, word: str) -> str:

@@ -43,7 +43,7 @@ def sim():
     (lambda s: dataclasses.replace(BUILTIN_MACHINES["dgx-h100"], gpus=-8), "gpus must be between 1 and 4,096"),
     (lambda s: sp.plan("min-cost"), "plan() takes a PlanRequest or keyword options"),
     (lambda s: sp.plan(goal="min-cost", rps=5, foo=1), "plan() has no option foo"),
-    (lambda s: sp.PlanRequest(rps=True), "--rps must be a number, got True"),
+    (lambda s: sp.PlanRequest(rps=True), "rps must be a number, got True"),
     (lambda s: sp.PlanRequest(rps=5, designs=5), "designs must be a comma list or a sequence of design names, got 5"),
     (lambda s: sp.PlanRequest(rps=5, designs=""), "no design given"),
     (lambda s: sp.PlanRequest(rps=5, limits=(("HH", -1, 5),)), "limits of HH: prompt max must be between 1"),
@@ -66,7 +66,7 @@ def test_numpy_and_numeric_strings_become_plain_numbers_that_reports_serialize()
     text = sp.PlanRequest(rps="8", tp="4", seeds=" 2", seed="3", jobs="1", margin="0.1", bandwidth="12.5", designs="HH")
     assert (text.rps, text.tp, text.seeds, text.seed, text.jobs, text.margin, text.bandwidth) == (8.0, 4, 2, 3, 1, 0.1, 12.5)
     assert [type(getattr(text, k)) for k in ("tp", "seeds", "margin", "bandwidth")] == [int, int, float, float]
-    with pytest.raises(sp.SplitwisePlanError, match="--tp must be a whole number, got '8.5'"):
+    with pytest.raises(sp.SplitwisePlanError, match="^tp must be a whole number, got '8.5'"):
         sp.PlanRequest(rps=8, tp="8.5")
     m = dataclasses.replace(BUILTIN_MACHINES["dgx-h100"], cost=np.float32(4), gpus=np.int64(4))
     assert (type(m.cost), type(m.gpus), m.hbm_bytes) == (float, int, 4 * 80 * 2**30)
@@ -173,7 +173,7 @@ def test_a_plan_takes_its_inputs_loaded_as_from_files(tmp_path, capsys):
     assert doc["inputs"]["requests"] == len(stream) and "trace <in-memory RequestStream" in capsys.readouterr().out
     wl = sp.plan(rps=5, duration=10, workload=load_workload("conversation"), designs="HH", jobs=1)
     assert wl.designs == sp.plan(rps=5, duration=10, workload="conversation", designs="HH", jobs=1).designs
-    with pytest.raises(sp.SplitwisePlanError, match="--storage needs the plan's inputs as files; trace is an object"):
+    with pytest.raises(sp.SplitwisePlanError, match="^storage needs the plan's inputs as files; trace is an object"):
         sp.plan(trace=stream, designs="HH", storage=f"sqlite:///{tmp_path / 's.db'}")
     assert not (tmp_path / "s.db").exists()
     for bad, needle in ((dict(trace=42), "trace must be a file path or a RequestStream, got int"),

@@ -305,22 +305,39 @@ def test_seeds_confirm_over_several_streams():
 
 @pytest.mark.parametrize("kw,msg", [
     (dict(goal="fastest", rps=1), "goal"),
-    (dict(goal="min-cost"), "needs --rps"),
-    (dict(goal="min-cost", rps=-1), "--rps"),
+    (dict(goal="min-cost"), "^goal min-cost needs rps \\(requests per second\\) or trace$"),
+    (dict(goal="min-cost", rps=-1), "^rps must be positive"),
     (dict(goal="min-cost", rps=1, budget_power="40xH100"), "budget"),
     (dict(goal="max-throughput"), "exactly one"),
     (dict(goal="max-throughput", budget_power=1, budget_cost=1), "exactly one"),
     (dict(goal="min-cost", rps=1, designs="HH,ZZ"), "unknown"),
-    (dict(goal="min-cost", rps=1, seeds=0), "--seeds"),
-    (dict(goal="min-cost", rps=1, duration=0), "--duration"),
+    (dict(goal="min-cost", rps=1, seeds=0), "^seeds must be between"),
+    (dict(goal="min-cost", rps=1, duration=0), "^duration must be positive"),
     (dict(goal="min-cost", rps=1, strategy="random"), "strategy"),
     (dict(goal="min-cost", rps=1, confirm_method="magic"), "confirm"),
-    (dict(goal="min-cost", rps=1, transfer="pigeon"), "--transfer"),
-    (dict(goal="min-cost", rps=1, bandwidth=-1.0), "--bandwidth"),
+    (dict(goal="min-cost", rps=1, transfer="pigeon"), "^transfer 'pigeon' is unknown"),
+    (dict(goal="min-cost", rps=1, bandwidth=-1.0), "^bandwidth must be between"),
 ])
 def test_bad_requests(kw, msg):
     with pytest.raises(SplitwisePlanError, match=msg):
         PlanRequest(**kw)
+
+
+@pytest.mark.parametrize("args, api, cli", [
+    (["--rps", "-1"], dict(rps=-1.0), "error: --rps must be positive and finite, got -1.0\n"),
+    (["--goal", "max-throughput"], dict(goal="max-throughput"),
+     "error: --goal max-throughput needs exactly one of --budget-power and --budget-cost\n"),
+    (["--rps", "5", "--study", "a b"], dict(rps=5, study="a b"),
+     "error: --study must be a name without spaces, got 'a b'\n"),
+])
+def test_an_error_names_the_field_through_the_api_and_the_option_on_the_command_line(args, api, cli, capsys):
+    """The request names its fields (rps, budget_power); the command line says its options instead."""
+    with pytest.raises(SplitwisePlanError) as err:
+        PlanRequest(**api)
+    assert "--" not in str(err.value)
+    assert main(args) == 2
+    assert capsys.readouterr().err == cli
+    assert str(err.value) == cli.removeprefix("error: ").rstrip("\n").replace("--budget-", "budget_").replace("--", "")
 
 
 def test_bad_inputs_are_caught_before_any_work(write):
@@ -407,9 +424,9 @@ def test_a_plan_no_design_of_which_can_hold_the_model_is_a_user_error(tmp_path):
 
 
 def test_seeds_are_bounded_and_max_throughput_needs_a_trace_that_spans_time(tmp_path):
-    with pytest.raises(SplitwisePlanError, match=r"0.01 req/s over 20 s gives no request \(seed 0\); raise --rps"):
+    with pytest.raises(SplitwisePlanError, match=r"0.01 req/s over 20 s gives no request \(seed 0\); raise rps or duration$"):
         plan(goal="min-cost", rps=0.01, duration=20, designs="HH", jobs=1)
-    with pytest.raises(SplitwisePlanError, match="--seeds must be between 1 and 1,000"):
+    with pytest.raises(SplitwisePlanError, match="^seeds must be between 1 and 1,000"):
         PlanRequest(goal="min-cost", rps=10, seeds=10**6)
     t = tmp_path / "t.csv"
     t.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,100,10\n"

@@ -18,6 +18,7 @@ from typer.core import TyperGroup
 from splitwise_plan import __version__
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.cli.options import optional_values
+from splitwise_plan.planning.options import option_name
 from typer.core import TyperCommand
 
 EXIT_USER_ERROR = 2
@@ -35,8 +36,9 @@ CLICK_EXCEPTION = _click_class("ClickException")
 
 
 def report_error(exc: SplitwisePlanError) -> None:
-    """Print a user error as the one line ``error: <message>`` on stderr."""
-    message = " ".join(str(exc).split())
+    """Print a user error as the one line ``error: <message>`` on stderr, naming the fields it names by
+    their options (the API's ``rps`` is the command line's ``--rps``)."""
+    message = " ".join(exc.render(option_name).split())
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
 

@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.planning.options import PLAN_OPTIONS, default
 from splitwise_plan.errors import positive_number
 import os
 
@@ -52,7 +53,7 @@ OUT = "Output"
 
 
 def opt_workload():
-    return typer.Option("coding", "--workload", "-w", metavar="NAME|FILE",
+    return typer.Option(default("workload"), "--workload", "-w", metavar="NAME|FILE",
                         help="Request sizes: coding, conversation, or a trace CSV to draw sizes from.")
 
 
@@ -62,20 +63,19 @@ def opt_trace():
 
 
 def opt_duration():
-    return typer.Option(120.0, "--duration", metavar="S", help="Length of the generated stream, seconds.")
+    return typer.Option(default("duration"), "--duration", metavar="S", help="Length of the generated stream, seconds.")
 
 
 def opt_model():
-    return typer.Option("bloom-176b", "--model", help=(
-        "Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may be your own)."))
+    return typer.Option(default("model"), "--model", help=PLAN_OPTIONS["model"].help)
 
 
 def opt_tp():
-    return typer.Option(8, "--tp", help="Tensor parallelism.")
+    return typer.Option(default("tp"), "--tp", help="Tensor parallelism.")
 
 
 def opt_seed():
-    return typer.Option(0, "--seed", help="Seed of the generated stream.")
+    return typer.Option(default("seed"), "--seed", help="Seed of the generated stream.")
 
 
 def opt_slo():
@@ -126,13 +126,12 @@ def check_positive(value: float, flag: str) -> float:
 
 def opt_transfer(panel: Optional[str] = None):
     """``--transfer``, shared by the planner and the simulation commands."""
-    return typer.Option("serialized", "--transfer", metavar="serialized|layerwise", rich_help_panel=panel,
-                        help="KV-cache transfer from prompt to token machine: after the prompt (serialized, the "
-                             "reference's default) or layer by layer during it (layerwise, ~90% hidden).")
+    return typer.Option(default("transfer"), "--transfer", metavar="serialized|layerwise", rich_help_panel=panel,
+                        help=PLAN_OPTIONS["transfer"].help)
 
 
 def opt_bandwidth(panel: Optional[str] = None):
     """``--bandwidth``, shared by the planner and the simulation commands."""
-    return typer.Option(200.0, "--bandwidth", metavar="GIB_S", rich_help_panel=panel,
-                        help="KV-cache transfer bandwidth between two machines, GiB/s (the reference's 200; "
-                             "12.5 for its Ethernet variant).")
+    return typer.Option(default("bandwidth"), "--bandwidth", metavar="GIB_S", rich_help_panel=panel,
+                        help=PLAN_OPTIONS["bandwidth"].help)
+

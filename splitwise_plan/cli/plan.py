@@ -18,57 +18,41 @@ from splitwise_plan.cli.app import app, console
 from splitwise_plan.cli.options import opt_bandwidth, opt_transfer
 from splitwise_plan.cli.options import STDOUT
 from splitwise_plan.cli.output import check_output_options, note, print_json, stdout_taken
+from splitwise_plan.planning.options import PLAN_OPTIONS, option_name
+
+
+def _plan_option(name: str, *aliases: str, **kw):
+    """The root option of a plan field: its default and help from the plan's table (planning/options.py)."""
+    return typer.Option(PLAN_OPTIONS[name].default, option_name(name), *aliases, help=PLAN_OPTIONS[name].help, **kw)
 
 
 @app.callback()
 def root(
     ctx: typer.Context,
-    goal: Optional[str] = typer.Option(
-        None, "--goal", help="min-cost or min-power (at --rps), max-throughput (within --budget-power/--budget-cost). "
-                             "Default: min-cost, or max-throughput when a budget is given."),
-    rps: Optional[float] = typer.Option(None, "--rps", help="Requests per second to hold (iso-throughput goals)."),
-    budget_power: Optional[str] = typer.Option(
-        None, "--budget-power", help="Power budget: machines, e.g. 40xH100, or a number in the machine catalog's "
-                                     "units (a DGX-H100 is 44; see `splitwise-plan machines`) (max-throughput)."),
-    budget_cost: Optional[str] = typer.Option(
-        None, "--budget-cost", help="Cost budget: machines, e.g. 40xH100, or a number in the machine catalog's "
-                                    "units (a DGX-H100 is 4.76; see `splitwise-plan machines`) (max-throughput)."),
-    model: str = typer.Option("bloom-176b", "--model", help=(
-        "Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may be your own).")),
-    workload: str = typer.Option("coding", "--workload", "-w", help=(
-        "coding, conversation, or a trace CSV (Azure or reference format) to draw sizes from.")),
-    trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help=(
-        "Replay this trace (max-throughput scales its arrival times to each rate it tries).")),
-    slo: Optional[Path] = typer.Option(None, "--slo", "--slos", metavar="FILE", help="SLO TOML file (default: the paper's)."),
-    machines_file: Optional[Path] = typer.Option(None, "--machines-file", metavar="FILE", help=(
-        "Machine TOML file, overriding or extending the builtin machine catalog.")),
-    profiles: Optional[Path] = typer.Option(None, "--profiles", metavar="FILE", help=(
-        "Profile CSV. Default: the shipped perf_model.csv.")),
-    designs: str = typer.Option("AA,HH,HA,HHcap,A100,H100", "--designs", help=(
-        "Comma list of designs; machine types of --machines-file as PROMPT:TOKEN or baseline:MACHINE.")),
-    duration: float = typer.Option(120.0, "--duration", metavar="S", help="Length of the generated stream, seconds."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the request stream."),
-    seeds: int = typer.Option(1, "--seeds", help="Plan over this many streams (seed..seed+K-1): search and confirm on their worst."),
-    jobs: int = typer.Option(0, "--jobs", "-j", help="Parallel workers (0: all cores)."),
-    tp: int = typer.Option(8, "--tp", help="Tensor parallelism of the model on a machine."),
-    strategy: str = typer.Option("frontier", "--strategy", help="Search: frontier, optuna or exhaustive."),
-    search_method: str = typer.Option("auto", "--search-method", help=(
-        "Search simulator: fluid (the vectorized model, many designs a pass), events, or auto (fluid where "
-        "it is installed, else events).")),
-    confirm_method: str = typer.Option("events", "--confirm-method", help="Confirming simulator: events or fluid."),
-    margin: float = typer.Option(0.0, "--margin", help=(
-        "Hold every SLO with this margin: the tightest SLO's value/limit below 1 - margin, in the search and "
-        "the confirmation.")),
+    goal: Optional[str] = _plan_option("goal"),
+    rps: Optional[float] = _plan_option("rps"),
+    budget_power: Optional[str] = _plan_option("budget_power"),
+    budget_cost: Optional[str] = _plan_option("budget_cost"),
+    model: str = _plan_option("model"),
+    workload: str = _plan_option("workload", "-w"),
+    trace: Optional[Path] = _plan_option("trace", metavar="FILE"),
+    slo: Optional[Path] = _plan_option("slos", "--slos", metavar="FILE"),
+    machines_file: Optional[Path] = _plan_option("machines_file", metavar="FILE"),
+    profiles: Optional[Path] = _plan_option("profiles", metavar="FILE"),
+    designs: str = _plan_option("designs"),
+    duration: float = _plan_option("duration", metavar="S"),
+    seed: int = _plan_option("seed"),
+    seeds: int = _plan_option("seeds"),
+    jobs: int = _plan_option("jobs", "-j"),
+    tp: int = _plan_option("tp"),
+    strategy: str = _plan_option("strategy"),
+    search_method: str = _plan_option("search_method"),
+    confirm_method: str = _plan_option("confirm_method"),
+    margin: float = _plan_option("margin"),
     transfer: str = opt_transfer(),
     bandwidth: float = opt_bandwidth(),
-    storage: Optional[str] = typer.Option(
-        None, "--storage", metavar="URL",
-        help="Keep the search's Optuna trials: sqlite:///plan.db or postgresql://USER@HOST/DB (default: in memory). "
-             "Resumable; `splitwise-plan worker` processes can join."),
-    study: Optional[str] = typer.Option(
-        None, "--study", metavar="NAME",
-        help="Study name prefix in --storage, one study NAME/<SHORT> per design, e.g. NAME/HH (default: derived "
-             "from the inputs)."),
+    storage: Optional[str] = _plan_option("storage", metavar="URL"),
+    study: Optional[str] = _plan_option("study", metavar="NAME"),
     json_out: Optional[str] = typer.Option(
         None, "--json", metavar="[FILE]", rich_help_panel="Output",
         help="Write the JSON report (inputs, each design's result, winner, gains) to FILE; '-' or no FILE: print it instead of the table."),
@@ -94,8 +78,6 @@ def root(
         return
     from splitwise_plan.planning import PlanRequest
 
-    if goal is None:
-        goal = "max-throughput" if (budget_power or budget_cost) else "min-cost"
     req = PlanRequest(
         goal=goal, rps=rps, budget_power=budget_power, budget_cost=budget_cost, model=model, workload=workload,
         trace=str(trace) if trace else None, slos=str(slo) if slo else None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 
-from splitwise_plan.errors import SplitwisePlanError, choices
+from splitwise_plan.errors import SplitwisePlanError, choices, input_name
 from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine
 
 BUDGET_KINDS = ("cost", "power")
@@ -35,7 +35,7 @@ def parse_budget(spec, kind: str, machines: dict[str, Machine] | None = None) ->
     """The budget in the catalog's units: a positive number, or ``N x MACHINE`` terms joined by ``+``."""
     if kind not in BUDGET_KINDS:
         raise SplitwisePlanError(f"budget kind {kind!r} is unknown; valid: {', '.join(BUDGET_KINDS)}")
-    flag = f"--budget-{kind}"
+    flag = input_name(f"budget_{kind}")
     if isinstance(spec, bool):
         raise SplitwisePlanError(f"{flag} must be a number or machines like 40xH100, got {spec!r}")
     if isinstance(spec, (int, float)):

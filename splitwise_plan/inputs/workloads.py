@@ -19,7 +19,7 @@ import numpy as np   # (pandas is imported where it is used: processes that only
 if TYPE_CHECKING:   # for the annotations only
     import pandas as pd
 
-from splitwise_plan.errors import SplitwisePlanError, choices, positive_number, seed_value
+from splitwise_plan.errors import SplitwisePlanError, choices, input_name, positive_number, seed_value
 from splitwise_plan.inputs.paths import data_file, user_file
 from splitwise_plan.inputs.tables import MAX_TOKENS, bool_cells, numeric_column, read_user_csv
 
@@ -270,7 +270,7 @@ def nonempty(stream: RequestStream, rate: float, duration_s: float, seed: int | 
     naming the flags to raise (the simulator's own "empty stream" says nothing of why)."""
     if len(stream) == 0:
         raise SplitwisePlanError(f"{rate:g} req/s over {duration_s:g} s gives no request"
-                                 + ("" if seed is None else f" (seed {seed})") + "; raise --rps or --duration")
+                                 + ("" if seed is None else f" (seed {seed})") + f"; raise {input_name('rps')} or {input_name('duration')}")
     return stream
 
 

@@ -11,13 +11,15 @@ import numbers
 import os
 from dataclasses import dataclass
 
-from splitwise_plan.errors import SplitwisePlanError, choices, positive_number, real_number, seed_value, whole_number
+from splitwise_plan.errors import (SplitwisePlanError, choices, input_name, positive_number, real_number, seed_value,
+                                   whole_number)
 from splitwise_plan.inputs.designs import DESIGNS, MAX_POOL, Design, get_design, pool_size
 from splitwise_plan.inputs.machines import Machine
 from splitwise_plan.inputs.models import get_model
 from splitwise_plan.inputs.slos import SLOSet
 from splitwise_plan.inputs.workloads import RequestStream, Workload
 from splitwise_plan.perf.profiles import ProfileSet
+from splitwise_plan.planning.options import default
 from splitwise_plan.search import STRATEGIES
 from splitwise_plan.search.storage import normalize_storage, open_storage
 from splitwise_plan.sim.cluster import SchedulerConfig, instance_layout
@@ -76,34 +78,35 @@ class PlanRequest:
     The command line's options are these, with dashes.
     """
 
-    goal: str | None = None            # None: min-cost, or max-throughput when a budget is given
-    rps: float | None = None
-    budget_power: float | str | None = None
-    budget_cost: float | str | None = None
-    model: str = "bloom-176b"
-    workload: str | Workload = "coding"
-    trace: str | RequestStream | None = None
-    slos: str | SLOSet | None = None
-    machines_file: str | dict | None = None   # or the catalog itself: {name: Machine}, complete
-    profiles: str | ProfileSet | None = None
-    designs: tuple[str, ...] = ALL_DESIGNS
-    duration: float = 120.0
-    seed: int = 0
-    seeds: int = 1
-    jobs: int = 0                      # 0: all cores (at most one per design)
-    tp: int = 8
-    search_method: str = "auto"        # auto: fluid when available, else events
-    confirm_method: str = "events"
-    strategy: str = "frontier"
+    # the defaults of the options the command line shares live in planning/options.py, with their help
+    goal: str | None = default("goal")      # None: min-cost, or max-throughput when a budget is given
+    rps: float | None = default("rps")
+    budget_power: float | str | None = default("budget_power")
+    budget_cost: float | str | None = default("budget_cost")
+    model: str = default("model")
+    workload: str | Workload = default("workload")
+    trace: str | RequestStream | None = default("trace")
+    slos: str | SLOSet | None = default("slos")
+    machines_file: str | dict | None = default("machines_file")   # or the catalog itself: {name: Machine}, complete
+    profiles: str | ProfileSet | None = default("profiles")
+    designs: tuple[str, ...] = ALL_DESIGNS   # (the command line's default, spelled short, names the same six)
+    duration: float = default("duration")
+    seed: int = default("seed")
+    seeds: int = default("seeds")
+    jobs: int = default("jobs")             # 0: all cores (at most one per design)
+    tp: int = default("tp")
+    search_method: str = default("search_method")   # auto: fluid when available, else events
+    confirm_method: str = default("confirm_method")
+    strategy: str = default("strategy")
     batch: int | None = None           # points per search round (default: see default_batch)
     rate_tol: float = 0.5              # max-throughput: rate resolution, req/s
     limits: tuple = ()                 # ((design, prompt max, token max), ...) overriding the grid
-    margin: float = 0.0                # the search asks the tightest SLO ratio to stay below 1 - margin
+    margin: float = default("margin")  # the search asks the tightest SLO ratio to stay below 1 - margin
     max_confirm: int = 8               # candidates the confirm simulator may reject before giving up
-    storage: str | None = None         # Optuna storage URL (sqlite:///plan.db, postgresql://...); None: in memory
-    study: str | None = None           # study name prefix, one study PREFIX/SHORT per design (default: from the inputs)
-    transfer: str = "serialized"       # KV-cache transfer: serialized or layerwise (see cluster.TRANSFERS)
-    bandwidth: float = 200.0           # its bandwidth between two machines, GiB/s
+    storage: str | None = default("storage")   # Optuna storage URL (sqlite:///plan.db, postgresql://...); None: in memory
+    study: str | None = default("study")       # study name prefix, one study PREFIX/SHORT per design
+    transfer: str = default("transfer")        # KV-cache transfer: serialized or layerwise (see cluster.TRANSFERS)
+    bandwidth: float = default("bandwidth")    # its bandwidth between two machines, GiB/s
 
     @property
     def scheduler(self) -> SchedulerConfig:
@@ -114,9 +117,9 @@ class PlanRequest:
         """The files the plan reads, by option (its SQLite storage among them): what no report of it
         may overwrite."""
         from splitwise_plan.search.storage import sqlite_file
-        files = {"--trace": self.trace, "--workload": self.workload, "--slo": self.slos,
-                 "--machines-file": self.machines_file, "--profiles": self.profiles}
-        return {**{k: v for k, v in files.items() if isinstance(v, str)}, "--storage": sqlite_file(self.storage)}
+        files = {name: getattr(self, name) for name in ("trace", "workload", "slos", "machines_file", "profiles")}
+        return {**{input_name(k): v for k, v in files.items() if isinstance(v, str)},
+                input_name("storage"): sqlite_file(self.storage)}
 
     def __post_init__(self) -> None:
         if self.goal is None:   # as on the command line
@@ -144,30 +147,35 @@ class PlanRequest:
             raise SplitwisePlanError(f"goal {self.goal!r} is unknown; valid: {', '.join(GOALS)}")
         if self.goal == "max-throughput":
             if (self.budget_power is None) == (self.budget_cost is None):
-                raise SplitwisePlanError("--goal max-throughput needs exactly one of --budget-power and --budget-cost")
+                raise SplitwisePlanError(f"{input_name('goal')} max-throughput needs exactly one of "
+                                         f"{input_name('budget_power')} and {input_name('budget_cost')}")
             if self.rps is not None:
-                raise SplitwisePlanError("a budget (--budget-power, --budget-cost) asks for the highest rate it "
-                                         "holds (goal max-throughput), which finds the rate itself: drop --rps, "
+                raise SplitwisePlanError(f"a budget ({input_name('budget_power')}, {input_name('budget_cost')}) asks "
+                                         "for the highest rate it holds (goal max-throughput), which finds the rate "
+                                         f"itself: drop {input_name('rps')}, "
                                          "or the budget to find the cheapest cluster at that rate")
         else:
             if self.budget_power is not None or self.budget_cost is not None:
-                raise SplitwisePlanError(f"--goal {self.goal} takes --rps, not a budget (budgets go with max-throughput)")
+                raise SplitwisePlanError(f"{input_name('goal')} {self.goal} takes {input_name('rps')}, not a budget "
+                                         "(budgets go with max-throughput)")
             if self.rps is None and self.trace is None:
-                raise SplitwisePlanError(f"--goal {self.goal} needs --rps (requests per second) or --trace")
+                raise SplitwisePlanError(f"{input_name('goal')} {self.goal} needs {input_name('rps')} (requests per "
+                                         f"second) or {input_name('trace')}")
             if self.rps is not None and self.trace is not None:
-                raise SplitwisePlanError("--trace replays the file at its own rate; give --rps or --trace, not both")
+                raise SplitwisePlanError(f"{input_name('trace')} replays the file at its own rate; give "
+                                         f"{input_name('rps')} or {input_name('trace')}, not both")
         # numbers as plain Python ones (numpy scalars and numeric strings too): reports serialize them
         for name in ("seeds", "tp", "jobs", "seed", "max_confirm", "batch"):   # "8" as the rate's "70" is
             v = getattr(self, name)
             if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
                 object.__setattr__(self, name, int(v))
-        fields = {"duration": positive_number(self.duration, "--duration"),
+        fields = {"duration": positive_number(self.duration, input_name("duration")),
                   "rate_tol": positive_number(self.rate_tol, "rate tolerance"),
-                  "seeds": whole_number(self.seeds, "--seeds", 1, MAX_SEEDS), "tp": whole_number(self.tp, "--tp", 1),
-                  "jobs": whole_number(self.jobs, "--jobs", 0), "seed": seed_value(self.seed),
+                  "seeds": whole_number(self.seeds, input_name("seeds"), 1, MAX_SEEDS), "tp": whole_number(self.tp, input_name("tp"), 1),
+                  "jobs": whole_number(self.jobs, input_name("jobs"), 0), "seed": seed_value(self.seed, input_name("seed")),
                   "max_confirm": whole_number(self.max_confirm, "max_confirm", 1)}
         if self.rps is not None:   # a float whatever its type: study names hash it (20 and 20.0 are one question)
-            object.__setattr__(self, "rps", positive_number(self.rps, "--rps"))
+            object.__setattr__(self, "rps", positive_number(self.rps, input_name("rps")))
         if self.batch is not None:
             fields["batch"] = whole_number(self.batch, "batch", 1)
         fields["margin"] = real_number(self.margin, "margin")
@@ -215,26 +223,30 @@ class PlanRequest:
 def check_storage_request(req) -> None:
     """PlanRequest checks of ``storage``/``study``; switches the strategy to optuna with a storage."""
     if req.study is not None and (not str(req.study).strip() or any(c.isspace() for c in str(req.study))):
-        raise SplitwisePlanError(f"--study must be a name without spaces, got {req.study!r}")
+        raise SplitwisePlanError(f"{input_name('study')} must be a name without spaces, got {req.study!r}")
     if req.storage is None:
         if req.study is not None:
-            raise SplitwisePlanError("--study names a study in a --storage; give --storage too")
+            raise SplitwisePlanError(f"{input_name('study')} names a study in a {input_name('storage')}; give "
+                                     f"{input_name('storage')} too")
         return
     url = normalize_storage(req.storage)
     object.__setattr__(req, "storage", url)
     if url is None:
         if req.study is not None:
-            raise SplitwisePlanError("--study names a study in a --storage; an in-memory study has no name")
+            raise SplitwisePlanError(f"{input_name('study')} names a study in a {input_name('storage')}; an "
+                                     "in-memory study has no name")
         return
     loaded = in_memory_inputs(req)
     if loaded:   # a stored study is resumed, and its workers rebuild the search, from the files it names
-        raise SplitwisePlanError(f"--storage needs the plan's inputs as files; {', '.join(loaded)} "
+        raise SplitwisePlanError(f"{input_name('storage')} needs the plan's inputs as files; {', '.join(loaded)} "
                                  f"{'is' if len(loaded) == 1 else 'are'} an object in memory here")
     if req.goal == "max-throughput":   # before connecting: a refused request leaves no new database behind
-        raise SplitwisePlanError("--storage keeps the (prompt, token) search of --goal min-cost and min-power; "
+        raise SplitwisePlanError(f"{input_name('storage')} keeps the (prompt, token) search of {input_name('goal')} "
+                                 "min-cost and min-power; "
                                  "max-throughput does not use it")
     if req.strategy == "exhaustive":
-        raise SplitwisePlanError("--storage keeps Optuna trials: use --strategy optuna (the default with --storage)")
+        raise SplitwisePlanError(f"{input_name('storage')} keeps Optuna trials: use {input_name('strategy')} optuna "
+                                 f"(the default with {input_name('storage')})")
     open_storage(url)   # a bad storage fails before any simulation
     object.__setattr__(req, "strategy", "optuna")
 
@@ -315,7 +327,7 @@ class Inputs:
             raise SplitwisePlanError(f"trace {input_label(req.trace)} has no requests")
         if trace is not None and req.goal == "max-throughput" and not trace.duration_s > 0:
             raise SplitwisePlanError(f"trace {input_label(req.trace)}: all its requests arrive at one instant, so it "
-                                     "has no rate for --goal max-throughput to scale; give a trace that spans time")
+                                     f"has no rate for {input_name('goal')} max-throughput to scale; give a trace that spans time")
         workload = None if trace is not None else loaded(req.workload, load_workload, Workload)
         inp = cls(req.model, int(req.tp), profiles, machines, slos, workload, trace, float(req.duration), req.scheduler)
         for name in req.designs:   # fail early, with one line, on a design the catalog cannot build

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.errors import SplitwisePlanError, input_name
 from splitwise_plan.inputs.paths import file_sha256
 from splitwise_plan.planning.objectives import grid_limits, key_fn, pool_units
 from splitwise_plan.planning.request import Inputs, PlanRequest, default_batch
@@ -154,9 +154,9 @@ def run_worker(url: str, name: str | None = None, *, trials: int | None = None, 
     from optuna.trial import TrialState
 
     if trials is not None and (isinstance(trials, bool) or int(trials) < 1):
-        raise SplitwisePlanError(f"--trials must be a positive integer, got {trials!r}")
+        raise SplitwisePlanError(f"{input_name('trials')} must be a positive integer, got {trials!r}")
     if batch is not None and (isinstance(batch, bool) or int(batch) < 1):
-        raise SplitwisePlanError(f"--batch must be a positive integer, got {batch!r}")
+        raise SplitwisePlanError(f"{input_name('batch')} must be a positive integer, got {batch!r}")
     deadline = time.monotonic() + max(0.0, float(wait_s))
     db = sqlite_file(url)
     # opening a missing or empty file would make Optuna's tables there: a worker only joins a planner's
@@ -164,12 +164,12 @@ def run_worker(url: str, name: str | None = None, *, trials: int | None = None, 
                                                  and check_sqlite_file(db)):
         if time.monotonic() >= deadline:
             what = f"{db} holds no Optuna storage" if os.path.isfile(db) else f"no such database file {db}"
-            raise SplitwisePlanError(f"--storage {redact(normalize_storage(url))}: {what}; a worker joins "
-                                     "the studies a planner keeps there (--storage on the planner)")
+            raise SplitwisePlanError(f"{input_name('storage')} {redact(normalize_storage(url))}: {what}; a worker joins "
+                                     f"the studies a planner keeps there ({input_name('storage')} on the planner)")
         time.sleep(0.2)
     url = check_storage(url)
     if url is None:
-        raise SplitwisePlanError("a worker needs a persistent --storage (sqlite:///FILE or postgresql://...)")
+        raise SplitwisePlanError(f"a worker needs a persistent {input_name('storage')} (sqlite:///FILE or postgresql://...)")
     announced = False
     while True:
         names = study_names(url, name)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from splitwise_plan.errors import SplitwisePlanError, positive_number, real_number, whole_number
+from splitwise_plan.errors import SplitwisePlanError, input_name, positive_number, real_number, whole_number
 from splitwise_plan.perf.latency_model import LatencyModel
 from splitwise_plan.inputs.machines import Machine
 from splitwise_plan.inputs.models import ModelSpec, check_fits
@@ -44,13 +44,14 @@ class SchedulerConfig:
     @classmethod
     def with_transfer(cls, transfer: str = "serialized", bandwidth_gib_s: float = 200.0) -> "SchedulerConfig":
         """The reference's scheduler with this KV-cache transfer (``TRANSFERS``) over a link of
-        ``bandwidth_gib_s`` GiB/s a machine; a bad value is a one-line error naming the option."""
+        ``bandwidth_gib_s`` GiB/s a machine; a bad value is a one-line error naming the field (``transfer``,
+        ``bandwidth``: the command line's ``--transfer`` and ``--bandwidth``)."""
         mode = str(transfer).strip().lower()
         if mode not in TRANSFERS:
-            raise SplitwisePlanError(f"--transfer {transfer!r} is unknown; valid: {', '.join(TRANSFERS)}")
-        bandwidth = real_number(bandwidth_gib_s, "--bandwidth")
+            raise SplitwisePlanError(f"{input_name('transfer')} {transfer!r} is unknown; valid: {', '.join(TRANSFERS)}")
+        bandwidth = real_number(bandwidth_gib_s, input_name("bandwidth"))
         if not 0.001 <= bandwidth <= 1e6:
-            raise SplitwisePlanError(f"--bandwidth must be between 0.001 and 1e6 GiB/s, got {bandwidth_gib_s!r}")
+            raise SplitwisePlanError(f"{input_name('bandwidth')} must be between 0.001 and 1e6 GiB/s, got {bandwidth_gib_s!r}")
         return cls(transfer_bandwidth_bytes_s=bandwidth * GIB, layerwise_transfer=mode == "layerwise")
 
     @property

@@ -6,7 +6,7 @@ holds another question is an error, so a name cannot be reused for other inputs.
 
 from __future__ import annotations
 
-from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.errors import SplitwisePlanError, input_name
 from splitwise_plan.search.storage.trials import ATTR
 from splitwise_plan.search.storage.urls import first_line, open_storage, redact
 
@@ -84,11 +84,11 @@ def study_names(url: str | None, name: str | None = None) -> list[str]:
 
     rdb = open_storage(url)
     if rdb is None:
-        raise SplitwisePlanError("a worker needs a persistent --storage (sqlite:///FILE or postgresql://...)")
+        raise SplitwisePlanError(f"a worker needs a persistent {input_name('storage')} (sqlite:///FILE or postgresql://...)")
     try:
         summaries = optuna.get_all_study_summaries(rdb, include_best_trial=False)
     except Exception as exc:  # noqa: BLE001
-        raise SplitwisePlanError(f"--storage {redact(url)}: {first_line(exc)}") from None
+        raise SplitwisePlanError(f"{input_name('storage')} {redact(url)}: {first_line(exc)}") from None
     out = []
     for s in summaries:
         if ATTR not in s.user_attrs:

@@ -12,7 +12,7 @@ import time
 import warnings
 from pathlib import Path
 
-from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.errors import SplitwisePlanError, input_name
 from splitwise_plan.search.storage.heartbeat import GRACE_PERIOD, HEARTBEAT_INTERVAL
 
 MEMORY_NAMES = ("memory", "inmemory", "in-memory", ":memory:")
@@ -44,29 +44,29 @@ def normalize_storage(url: str | None) -> str | None:
     try:
         u = make_url(text)
     except (ArgumentError, ValueError):
-        raise SplitwisePlanError(f"--storage {text!r} is not a storage URL; {hint}") from None
+        raise SplitwisePlanError(f"{input_name('storage')} {text!r} is not a storage URL; {hint}") from None
     backend = u.get_backend_name()
     if backend == "sqlite":
         db = u.database
         if not db or db == ":memory:":
-            raise SplitwisePlanError(f"--storage {text!r} names no SQLite file (leave --storage out for an "
+            raise SplitwisePlanError(f"{input_name('storage')} {text!r} names no SQLite file (leave --storage out for an "
                                      f"in-memory study); use sqlite:///FILE")
         path = Path(db).expanduser()
         if not path.is_absolute():
             path = Path.cwd() / path
         if path.is_dir():
-            raise SplitwisePlanError(f"--storage {text!r}: {path} is a folder, not a SQLite file")
+            raise SplitwisePlanError(f"{input_name('storage')} {text!r}: {path} is a folder, not a SQLite file")
         if not path.parent.is_dir():
-            raise SplitwisePlanError(f"--storage {text!r}: folder {path.parent} does not exist")
+            raise SplitwisePlanError(f"{input_name('storage')} {text!r}: folder {path.parent} does not exist")
         return u.set(database=str(path)).render_as_string(hide_password=False)
     if backend == "postgresql":
         if not u.database:
-            raise SplitwisePlanError(f"--storage {redact(text)!r} names no database; "
+            raise SplitwisePlanError(f"{input_name('storage')} {redact(text)!r} names no database; "
                                      f"use postgresql://USER@HOST[:PORT]/DATABASE")
         if u.drivername == "postgresql":
             u = u.set(drivername="postgresql+psycopg")
         return u.render_as_string(hide_password=False)
-    raise SplitwisePlanError(f"--storage {redact(text)!r}: unsupported database {backend!r}; {hint}")
+    raise SplitwisePlanError(f"{input_name('storage')} {redact(text)!r}: unsupported database {backend!r}; {hint}")
 
 
 _STORAGES: dict[str, object] = {}
@@ -101,15 +101,15 @@ def sqlite_tables(path: str) -> dict[str, set[str]]:
     try:
         con = sqlite3.connect(f"{Path(path).as_uri()}?mode=ro", uri=True, timeout=120)
     except sqlite3.Error as exc:
-        raise SplitwisePlanError(f"--storage {path}: cannot open the database: {first_line(exc)}") from None
+        raise SplitwisePlanError(f"{input_name('storage')} {path}: cannot open the database: {first_line(exc)}") from None
     try:
         names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') "
                                            "AND name NOT LIKE 'sqlite!_%' ESCAPE '!'")]
         return {n: {r[1] for r in con.execute("SELECT * FROM pragma_table_info(?)", (n,))} for n in names}
     except sqlite3.DatabaseError as exc:
         if "not a database" in str(exc):
-            raise SplitwisePlanError(f"--storage {path} is not an SQLite database") from None
-        raise SplitwisePlanError(f"--storage {path}: cannot read the database: {first_line(exc)}") from None
+            raise SplitwisePlanError(f"{input_name('storage')} {path} is not an SQLite database") from None
+        raise SplitwisePlanError(f"{input_name('storage')} {path}: cannot read the database: {first_line(exc)}") from None
     finally:
         con.close()
 
@@ -129,7 +129,7 @@ def check_sqlite_file(path: str) -> bool:
     if tables and not is_optuna_schema(tables):
         names = sorted(tables)
         shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-        raise SplitwisePlanError(f"--storage {path} is an SQLite database but not an Optuna storage "
+        raise SplitwisePlanError(f"{input_name('storage')} {path} is an SQLite database but not an Optuna storage "
                                  f"(its tables: {shown})")
     return bool(tables)
 
@@ -167,10 +167,10 @@ def open_storage(url: str | None):
                     time.sleep(0.1 * (attempt + 1))   # it has made its tables by now, or soon: open them
         except ImportError:
             raise SplitwisePlanError(
-                f"--storage {redact(url)}: the database driver is not installed; "
+                f"{input_name('storage')} {redact(url)}: the database driver is not installed; "
                 f"pip install 'splitwise-plan[postgres]' (psycopg)") from None
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy/driver errors: one line, no traceback
-            raise SplitwisePlanError(f"--storage {redact(url)}: cannot open the database: {first_line(exc)}") from None
+            raise SplitwisePlanError(f"{input_name('storage')} {redact(url)}: cannot open the database: {first_line(exc)}") from None
         if url.startswith("sqlite"):
             _sqlite_wal(rdb)
         # Optuna warns that heartbeats are meant for Study.optimize; explore() beats for its ask/tell trials
