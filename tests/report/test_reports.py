@@ -12,14 +12,22 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from splitwise_plan.cli.progress import progress
+from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.inputs.cluster_file import load_cluster, parse_cluster
 from splitwise_plan.report import files
 from splitwise_plan.report import formats as reports
-from splitwise_plan.inputs.cluster_file import load_cluster, parse_cluster
-from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.report.plots import check_plot_path, optimum, write_plot, design_point
-from splitwise_plan.cli.progress import progress
-from splitwise_plan.report.formats import SCHEMA_VERSION, atomic_open, atomic_write_text, build_report, csv_text, write_csv, write_json
 from splitwise_plan.report.files import check_writable
+from splitwise_plan.report.formats import (
+    SCHEMA_VERSION,
+    atomic_open,
+    atomic_write_text,
+    build_report,
+    csv_text,
+    write_csv,
+    write_json,
+)
+from splitwise_plan.report.plots import check_plot_path, design_point, optimum, write_plot
 
 
 def _leftovers(folder):

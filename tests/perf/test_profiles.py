@@ -169,8 +169,8 @@ def test_extrapolation_is_the_references_until_it_would_reach_zero():
 def test_names_in_a_users_profile_match_in_any_case(tmp_path):
     """BLOOM-176B and DGX hardware spelled in capitals (or half of the rows so) are the same
     model and hardware: one entry each, the same latencies, the default SLOs' reference found."""
-    from splitwise_plan.sim.simulator import Simulator
     from splitwise_plan.inputs.workloads import load_workload
+    from splitwise_plan.sim.simulator import Simulator
     df = pd.read_csv(data_file("profiles", "perf_model.csv"))
     df.loc[::2, "model"] = df.loc[::2, "model"].str.upper()
     df["hardware"] = df["hardware"].str.upper()

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from splitwise_plan import (BUILTIN_MACHINES, BUILTIN_MODELS, SplitwisePlanError, get_machine, get_model,
-                            load_machines)
+from splitwise_plan import BUILTIN_MACHINES, BUILTIN_MODELS, SplitwisePlanError, get_machine, get_model, load_machines
 from splitwise_plan.cli import main
 from splitwise_plan.inputs.machines import GIB
 
@@ -46,8 +45,8 @@ def test_iso_power_40_h100_about_70_a100():
 def test_a_designs_cost_and_power_price_each_pool_by_its_own_machine(design, want_cost, want_power):
     """The paper's units (splitwise_sim_constants.yaml): 3 prompt and 2 token machines, each pool at its
     machine's price; a baseline's 3 machines."""
-    from splitwise_plan.sim.simulator import Simulator
     from splitwise_plan.inputs.workloads import load_workload
+    from splitwise_plan.sim.simulator import Simulator
     sim = Simulator(load_workload("coding").generate(1, duration_s=5, seed=0), method="events")
     c = sim.cluster(design, 3, 0 if design == "A100" else 2)
     assert (c.cost, c.power) == (pytest.approx(want_cost), pytest.approx(want_power))

@@ -9,15 +9,14 @@ import pytest
 from splitwise_plan import PlanRequest, plan
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.report import plan as plan_reports
-from splitwise_plan.planning import iso
-from splitwise_plan.planning import DesignPlan, Inputs, gain_text
+from splitwise_plan.inputs.workloads import load_workload
+from splitwise_plan.planning import DesignPlan, Inputs, gain_text, iso
 from splitwise_plan.planning.budget import budget_points
 from splitwise_plan.planning.confirm import Confirmer
-from splitwise_plan.sim import simulator
+from splitwise_plan.report import plan as plan_reports
 from splitwise_plan.search.evaluator import passes
+from splitwise_plan.sim import simulator
 from splitwise_plan.sim.simulator import Simulator
-from splitwise_plan.inputs.workloads import load_workload
 
 SMALL = dict(rps=10, duration=20, designs="HH,H100", jobs=1,
              limits=(("HH", 10, 6), ("H100", 20, 0)), search_method="fluid")
@@ -60,8 +59,8 @@ def test_min_power_minimizes_power_where_cost_orders_the_points_otherwise(write)
     differ for Splitwise-HA, and the winners are ranked by each goal's own number (the only min-power test
     planned all-H100 designs, whose cost and power order every point alike)."""
     from splitwise_plan.inputs.machines import load_machines
-    from splitwise_plan.sim.simulator import Simulator
     from splitwise_plan.inputs.workloads import load_workload
+    from splitwise_plan.sim.simulator import Simulator
     f = write("m.toml", "[machines.dgx-a100]\npower = 60\ncost = 1.5\n")
     n = 12
     kw = dict(rps=25, duration=20, designs="HA,HH,AA", jobs=1, limits=(("HA", n, n), ("HH", n, n), ("AA", 2 * n, n)),
@@ -91,8 +90,8 @@ def test_the_answer_steps_down_to_a_cheaper_point_the_search_failed_and_the_orac
     # At 70 req/s of coding the fluid search fails Splitwise-AA 55+6 (tightest SLO 1.12x of its
     # limit) where the discrete-event oracle holds it (0.997x): the planner confirms the search's
     # 55+7, then must step down to 55+6, where the oracle fails both cheaper neighbours.
-    from splitwise_plan.sim.simulator import Simulator
     from splitwise_plan.inputs.workloads import load_workload
+    from splitwise_plan.sim.simulator import Simulator
     aa = plan(goal="min-cost", rps=70, designs="AA", jobs=1).get("AA")
     assert (aa.status, aa.prompt, aa.token) == ("ok", 55, 6) and "search: 55+7" in aa.note
     oracle = Simulator(load_workload("coding").generate(70, duration_s=120, seed=0), method="events")
@@ -205,7 +204,9 @@ def test_max_throughput_answers_the_confirm_simulators_highest_rate():
     while the discrete-event simulator holds 56 and fails 56.5: the answer is the latter's, as check says."""
     res = plan(goal="max-throughput", budget_power="40xH100", designs="H100", duration=20, jobs=1)
     d = res.get("H100")
-    sim = lambda rate: Simulator(load_workload("coding").generate(rate, duration_s=20.0, seed=0), method="events")
+
+    def sim(rate):
+        return Simulator(load_workload("coding").generate(rate, duration_s=20.0, seed=0), method="events")
     assert d.status == "ok" and d.prompt == 40
     assert passes(sim(d.rate).run("H100", 40)) and not passes(sim(d.rate + 0.5).run("H100", 40))
     assert d.rate == 56.0
@@ -237,8 +238,8 @@ def test_seeds_search_over_the_same_streams_as_confirmation():
     # Splitwise-HA at 70 req/s over three 60 s streams: searched on the first stream alone, its
     # eight best points each failed one of the others under the oracle, and the design was given up
     # as unconfirmed although some of its designs hold on all three (28+2 among them).
-    from splitwise_plan.sim.simulator import Simulator
     from splitwise_plan.inputs.workloads import load_workload
+    from splitwise_plan.sim.simulator import Simulator
     d = plan(goal="min-cost", rps=70, designs="HA", duration=60, seeds=3, jobs=1).get("HA")
     assert d.status == "ok", d.note
     for seed in (0, 1, 2):
@@ -255,9 +256,9 @@ def test_a_plan_over_seeds_reports_its_answers_worst_stream():
     """Over three streams the report gives each answer's worst: its tightest SLO ratio is the highest of
     the three streams' own (simulated here apart from the plan), and its title says so. The test above
     could not tell: it compared the stream the report itself named."""
+    from splitwise_plan.inputs.workloads import load_workload
     from splitwise_plan.report import plan as plan_reports
     from splitwise_plan.sim.simulator import Simulator
-    from splitwise_plan.inputs.workloads import load_workload
     res = plan(goal="min-cost", rps=20, designs="H100", duration=30, seeds=3, seed=4, jobs=1)
     d = res.get("H100")
     assert d.status == "ok", d.note
@@ -273,8 +274,8 @@ def test_max_throughput_searches_over_every_seeds_stream():
     """Within 400 power units (Splitwise-HH 8+1 is 396), over two 30 s streams: the search ran on the
     first stream alone, so its rates were the first stream's, and the answer stopped at 17.5 req/s,
     below the 18 that 8+1 holds on both streams under the oracle."""
-    from splitwise_plan.sim.simulator import Simulator
     from splitwise_plan.inputs.workloads import load_workload
+    from splitwise_plan.sim.simulator import Simulator
 
     def holds(rate, pt):
         return all(Simulator(load_workload("coding").generate(rate, duration_s=30, seed=s), method="events")
@@ -403,6 +404,7 @@ def test_a_design_whose_hardware_has_no_profile_is_infeasible_and_the_others_are
     """A user's profile table without the power-capped H100: the whole plan failed on the default designs,
     which the user never chose; now Splitwise-HHcap alone is infeasible, saying why."""
     import pandas as pd
+
     from splitwise_plan.inputs.paths import data_file
     table = pd.read_csv(data_file("profiles", "perf_model.csv"))
     mine = tmp_path / "no-pcap.csv"
@@ -551,6 +553,7 @@ def test_a_record_that_is_not_one_is_one_user_error():
 
 def test_a_machine_dict_naming_one_machine_twice_by_case_is_refused():
     import dataclasses
+
     from splitwise_plan.inputs.machines import BUILTIN_MACHINES
     cat = {**BUILTIN_MACHINES, "DGX-H100": dataclasses.replace(BUILTIN_MACHINES["dgx-h100"], cost=1.0)}
     with pytest.raises(SplitwisePlanError, match=r"names one machine twice \(DGX-H100, dgx-h100"):

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.sim.simulator import Simulator
 from splitwise_plan.inputs.workloads import RequestStream, load_trace, load_workload
+from splitwise_plan.sim.simulator import Simulator
 
 GIB = 1024**3
 BLOOM_KV = 2 * 14336 * 70 * 2          # bytes per token
@@ -596,6 +596,7 @@ def test_fluid_passes_fit_the_memory_budget_and_cost_alike(n_designs, n_requests
 
 def test_a_run_takes_workers_only_where_they_gain_and_memory_holds_them(monkeypatch):
     import os
+
     from splitwise_plan.sim.fluid import model as fluid
     short = Simulator(load_workload("coding").generate(5.0, duration_s=10.0, seed=0))
     assert short.default_jobs(6) == 1                       # a fraction of a second of work: no workers
@@ -678,6 +679,7 @@ def test_a_prompt_batch_counts_its_first_prompts_until_the_batch_ends(method):
     limit and E borrows the token machine. The fluid model retired C at the end C alone would have had,
     saw 1950 pending and queued E behind F (0.38 s, where the oracle reads 0.14 s)."""
     from dataclasses import replace
+
     from splitwise_plan.sim.cluster import SchedulerConfig
     sched = replace(SchedulerConfig(), prompt_max_pending_tokens=3100)
     sim = Simulator(_one(1, 1), scheduler=sched, method=method)
@@ -763,6 +765,7 @@ def test_a_splitwise_machine_runs_one_instance_per_tensor_parallel_group(method)
     HH 8+8 of 2-GPU machines at a quarter of the price; it used to be two big instances a pool, which
     queued every prompt (TTFT P50 10.7 s against 0.22 s)."""
     from dataclasses import replace
+
     from splitwise_plan.inputs.machines import BUILTIN_MACHINES
     stream = load_workload("coding").generate(15.0, duration_s=40.0, seed=1)
     whole = Simulator(stream, "llama2-70b", tensor_parallel=2, method=method)
@@ -782,9 +785,10 @@ def test_a_machine_holds_only_whole_tensor_parallel_instances(write):
     """Six GPUs at TP4 run one instance of four (its HBM is theirs; two GPUs idle); fewer GPUs than the
     TP run none: an error for a design point, an infeasible design in a plan (they used to be
     simulated as one instance with all the machine's GPUs at the TP's latency)."""
+    from dataclasses import replace
+
     from splitwise_plan import plan
     from splitwise_plan.errors import SplitwisePlanError
-    from dataclasses import replace
     from splitwise_plan.inputs.machines import BUILTIN_MACHINES
     stream = load_workload("coding").generate(5.0, duration_s=10.0, seed=0)
     six = {k: replace(m, gpus=6) for k, m in BUILTIN_MACHINES.items()}
@@ -804,6 +808,7 @@ def _small_token_machines(hbm_gib: int) -> dict:
     """The shipped machines, and a DGX-A100 of ``hbm_gib`` GiB GPUs as token machine: BLOOM-176B's
     weights leave it little KV room (14.6 GB at 40 GiB: about 3,600 tokens)."""
     from dataclasses import replace
+
     from splitwise_plan.inputs.machines import BUILTIN_MACHINES
     small = replace(BUILTIN_MACHINES["dgx-a100"], name="a100-small", hbm_bytes_per_gpu=hbm_gib * 2**30)
     return {**BUILTIN_MACHINES, "a100-small": small}
@@ -842,6 +847,7 @@ def test_strict_pools_keep_each_phase_on_its_own_pool_in_both_simulators():
     prompts; with strict pools both fail, in the oracle and the fluid model alike, and a design whose
     pools carry their own phase (27+3) still holds."""
     from dataclasses import replace
+
     from splitwise_plan.sim.cluster import SchedulerConfig
     stream = load_workload("coding").generate(70, duration_s=60, seed=0)
     strict = replace(SchedulerConfig(), mixed_pool=False)
@@ -877,6 +883,7 @@ def test_a_decodes_wait_for_memory_counts_only_the_kv_caches_already_there():
     the oracle never delays: it read TBT P90 a mean 40% high for Splitwise-HA 30+3 over four streams and
     failed it on one the oracle passes. Both designs now read within 10% of the oracle, and agree."""
     from dataclasses import replace
+
     from splitwise_plan.sim.cluster import SchedulerConfig
     strict = replace(SchedulerConfig(), mixed_pool=False)
     points = [("HH", 30, 3), ("HA", 30, 3)]
@@ -898,6 +905,7 @@ def test_requests_left_waiting_when_the_events_run_out_are_flagged():
     while the token machines hold it: the prompt waits for memory forever on its only possible machine.
     The run ends with it unfinished and the overflow flagged, never a silent loss."""
     from dataclasses import replace
+
     from splitwise_plan.sim.cluster import SchedulerConfig
     stream = RequestStream(np.array([0.0, 1.0]), np.array([6_000, 500]), np.array([10, 10]))
     strict = replace(SchedulerConfig(), mixed_pool=False)
@@ -1000,8 +1008,10 @@ def test_workers_are_born_deaf_to_the_terminals_signals():
     trackers, started beside the first worker, unblock it; this process gets it back at the block's end.
     A closed terminal's SIGHUP killed the trackers (9 tracebacks as they were relaunched): blocked too."""
     import signal
+
     from joblib import Parallel, delayed
     from joblib.externals.loky import get_reusable_executor
+
     from splitwise_plan.sim.simulator import starting_workers
     get_reusable_executor().shutdown(wait=True)   # workers of this test's own
     with starting_workers():

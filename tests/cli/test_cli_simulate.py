@@ -304,7 +304,7 @@ def test_simulate_bad_input_is_one_line_exit_2(capsys, args):
     assert_user_error(*run(capsys, "simulate", "--method", "events", "--duration", 5, *args))
 
 
-EXAMPLE_CLUSTER = Path(__file__).resolve().parents[1] / "examples" / "cluster.toml"
+EXAMPLE_CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "cluster.toml"
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "inf"])
@@ -329,7 +329,7 @@ def test_an_output_never_overwrites_an_input(capsys, tmp_path):
     """--json, --csv or --requests naming the trace, the SLO or machine file is refused before it is replaced."""
     trace, slo = tmp_path / "t.csv", tmp_path / "s.toml"
     load_workload("coding").generate(5, duration_s=10, seed=1).to_csv(trace)
-    slo.write_text((Path(__file__).parents[1] / "slos" / "paper.toml").read_text())
+    slo.write_text((Path(__file__).parents[2] / "slos" / "paper.toml").read_text())
     before = trace.read_bytes(), slo.read_bytes()
     for args in (["--trace", trace, "--csv", trace], ["--trace", trace, "--requests", trace],
                  ["--rps", 5, "--duration", 10, "--slo", slo, "--json", slo],

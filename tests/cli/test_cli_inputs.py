@@ -205,15 +205,15 @@ def test_a_report_to_dev_stdout_is_all_stdout_carries(tmp_path, cmd, flag):
 def test_a_bug_is_one_line_and_exit_3_never_the_gates_1(monkeypatch, capsys):
     """An internal error in a command (here the simulator breaks) must not read as 'the SLOs fail'
     (exit 1) in a CI gate: one line naming it, exit 3."""
-    from splitwise_plan.sim import simulator
     from splitwise_plan.cli import main
+    from splitwise_plan.sim import simulator
 
     def broken(*a, **k):
         raise AttributeError("'Inputs' object has no attribute 'profileset'")
 
     monkeypatch.setattr(simulator.Simulator, "run_requests", broken)
     monkeypatch.delenv("SPLITWISE_PLAN_TRACEBACK", raising=False)
-    code = main(["check", str(Path(__file__).resolve().parents[1] / "examples" / "cluster.toml"), "--rps", "5", "--duration", "5", "-q"])
+    code = main(["check", str(Path(__file__).resolve().parents[2] / "examples" / "cluster.toml"), "--rps", "5", "--duration", "5", "-q"])
     err = capsys.readouterr().err
     assert code == 3 and err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("error: internal error of splitwise-plan") and "AttributeError: 'Inputs'" in err
@@ -225,7 +225,7 @@ def test_a_bug_is_one_line_and_exit_3_never_the_gates_1(monkeypatch, capsys):
 def test_a_reader_that_goes_away_ends_the_command_quietly_with_sigpipes_status(args):
     """``... | head`` (its reader closes the pipe): exit 141, as a program that SIGPIPE ends, no message;
     rich made it 1 (for ``check``: "the SLOs fail") and ``check`` reported an internal error (3)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, "-m", "splitwise_plan", *args], cwd=root,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.stdout.close()   # gone before the command writes
@@ -235,7 +235,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_sigpipes_status(a
 
 def test_a_reader_gone_amid_a_json_report_larger_than_a_pipe_holds_is_seen():
     """``sweep ... --json - | head -c 1``: a buffered write of 200 KB into a 64 KB pipe ended with exit 0."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, "-m", "splitwise_plan", "sweep", "-d", "HH", "-p", "15:30", "-t", "1:6",
                              "--rps", "20", "--duration", "10", "--json", "-", "-q"], cwd=root,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)

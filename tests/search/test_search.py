@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from splitwise_plan.search.bound import capacity_model
-from splitwise_plan.search.strategies import Evaluator, Space, exhaustive_search, frontier_search, optuna_search, search
-from splitwise_plan.search.evaluator import Lockstep
-from splitwise_plan.sim.simulator import Simulator
-from splitwise_plan.inputs.workloads import load_workload
 from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.inputs.workloads import load_workload
+from splitwise_plan.search.bound import capacity_model
+from splitwise_plan.search.evaluator import Lockstep
+from splitwise_plan.search.strategies import Evaluator, Space, exhaustive_search, frontier_search, optuna_search, search
+from splitwise_plan.sim.simulator import Simulator
 
 
 def oracle(passes):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from splitwise_plan.inputs.budget import parse_budget
-from splitwise_plan.search.bound import capacity_model, default_max_load
 from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.inputs.budget import parse_budget
 from splitwise_plan.inputs.machines import load_machines
-from splitwise_plan.sim.simulator import Simulator
 from splitwise_plan.inputs.workloads import load_workload
+from splitwise_plan.search.bound import capacity_model, default_max_load
+from splitwise_plan.sim.simulator import Simulator
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +112,7 @@ def test_no_design_the_reference_passes_is_pruned(sim_dir):
     """The capacity model is a safe bound: every design the reference simulator passes on its own trace
     (21 of its 75 runs) is feasible in it, and so never pruned from a search."""
     import pandas as pd
+
     from splitwise_plan.inputs.workloads import load_trace
     table = pd.read_csv(sim_dir / "reference_results_calibration.csv")
     sim = Simulator(load_trace(sim_dir / "rr_code_70_2min.csv"), method="events")

@@ -13,7 +13,7 @@ from splitwise_plan.cli.check import find_capacity
 from splitwise_plan.inputs.cluster_file import load_cluster
 from splitwise_plan.inputs.workloads import load_trace, load_workload
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAST = ["--duration", "20", "--method", "events", "--quiet"]
 SMALL = 'design = "HH"\nprompt_machines = 4\ntoken_machines = 2\n'   # holds the SLOs at 5 req/s
 TINY = 'design = "splitwise-hh"\nprompt_machines = 1\ntoken_machines = 1\n'   # fails them at 10 req/s

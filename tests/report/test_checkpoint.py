@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 from pathlib import Path
 
-import csv
-import json
-
 import pytest
 
-from splitwise_plan.report import checkpoint as ck
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.sim.simulator import Simulator
 from splitwise_plan.inputs.workloads import load_workload
+from splitwise_plan.report import checkpoint as ck
+from splitwise_plan.sim.simulator import Simulator
 
 SWEEP = ["sweep", "--design", "HH", "--prompt", "1:3", "--token", "1:2", "--rps", "5", "--duration", "20",
          "--method", "events", "--jobs", "1"]
@@ -220,7 +219,7 @@ def test_a_smaller_sweep_or_one_stopped_by_a_typo_keeps_what_a_stopped_sweep_kep
 def test_a_file_given_by_another_path_is_the_same_input(tmp_path, monkeypatch):
     from splitwise_plan.planning import PlanRequest
     slo = tmp_path / "my.toml"
-    slo.write_text((Path(__file__).resolve().parents[1] / "slos" / "paper.toml").read_text())
+    slo.write_text((Path(__file__).resolve().parents[2] / "slos" / "paper.toml").read_text())
     monkeypatch.chdir(tmp_path)
     a = ck.plan_fingerprint(PlanRequest(rps=5, slos="my.toml"), "1")
     assert a == ck.plan_fingerprint(PlanRequest(rps=5, slos=str(slo)), "1")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -145,9 +144,10 @@ def test_slowdowns_are_against_the_slo_files_reference_tensor_parallelism(write)
     """An SLO file's reference_tensor_parallel = 4: a lone request's TTFT slowdown is its TTFT over its
     prompt's time on a DGX-A100 at TP4, not at TP8 (which no test told apart from a fixed 8)."""
     from pathlib import Path
-    from splitwise_plan.sim.simulator import Simulator
+
     from splitwise_plan.inputs.workloads import RequestStream
-    paper = (Path(__file__).resolve().parents[1] / "slos" / "paper.toml").read_text()
+    from splitwise_plan.sim.simulator import Simulator
+    paper = (Path(__file__).resolve().parents[2] / "slos" / "paper.toml").read_text()
     text = paper.replace("reference_tensor_parallel = 8", "reference_tensor_parallel = 4")
     assert text != paper
     stream = RequestStream(np.array([0.0]), np.array([1500]), np.array([20]), name="one")

@@ -15,15 +15,15 @@ from contextlib import contextmanager
 import pandas as pd
 import pytest
 
-import splitwise_plan.report.plan as plan_reports
+import splitwise_plan.cli.progress as progress_mod
 import splitwise_plan.planning as planning
 import splitwise_plan.planning.planner as planner
-import splitwise_plan.cli.progress as progress_mod
 import splitwise_plan.report.formats as reports
+import splitwise_plan.report.plan as plan_reports
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.report.plan import comparison, csv_columns, csv_rows, plan_report, plan_title, write_reports
 from splitwise_plan.planning import DesignPlan, PlanRequest, PlanResult, plan
+from splitwise_plan.report.plan import comparison, csv_columns, csv_rows, plan_report, plan_title, write_reports
 
 QUICK = ["--goal", "min-cost", "--rps", "10", "--designs", "HH,H100", "--duration", "20",
          "--confirm-method", "fluid", "--jobs", "1"]
@@ -523,6 +523,7 @@ def test_render_plan_writes_to_a_text_file_and_says_when_nothing_was_simulated()
     before any simulation read 'No design meets all SLOs.', though no SLO was looked at."""
     import io
     from dataclasses import replace
+
     from splitwise_plan import plan, render_plan
     res = plan(goal="max-throughput", budget_cost=3, duration=10, designs="HH,A100", jobs=1)
     buf = io.StringIO()
@@ -537,8 +538,9 @@ def test_render_plan_writes_to_a_text_file_and_says_when_nothing_was_simulated()
 def test_the_plan_csv_header_is_one_whatever_the_results():
     """The columns were the rows' keys as first seen: a design never simulated moved 'note', none confirmed
     dropped it, all infeasible left 7 columns. A reader of several plans' CSVs needs one header."""
-    from splitwise_plan import plan
     from dataclasses import replace
+
+    from splitwise_plan import plan
     from splitwise_plan.report.formats import csv_text
     ok = plan(goal="min-cost", rps=10, duration=10, designs="HH", jobs=1)
     some = plan(goal="max-throughput", budget_power="1xH100", duration=10, designs="HH,H100", jobs=1)

@@ -11,8 +11,8 @@ import pytest
 
 import splitwise_plan as sp
 from splitwise_plan.inputs.machines import BUILTIN_MACHINES
-from splitwise_plan.sim.simulator import Simulator
 from splitwise_plan.inputs.workloads import RequestStream, Workload, load_workload
+from splitwise_plan.sim.simulator import Simulator
 
 
 @pytest.fixture(scope="module")
