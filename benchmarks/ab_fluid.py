@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_simulator as bench  # noqa: E402
-from splitwise_plan.sim.simulator import Simulator  # noqa: E402
+
 from splitwise_plan.inputs.workloads import load_workload  # noqa: E402
+from splitwise_plan.sim.simulator import Simulator  # noqa: E402
 
 # the planner's answers (seed 0) in each scenario of bench_simulator.SCENARIOS, planned on 2026-12-02
 ANSWERS = {

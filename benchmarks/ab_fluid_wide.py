@@ -33,9 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_simulator import SHARED  # noqa: E402
+
+from splitwise_plan.inputs.workloads import RequestStream, load_workload  # noqa: E402
 from splitwise_plan.sim.cluster import SchedulerConfig  # noqa: E402
 from splitwise_plan.sim.simulator import Simulator  # noqa: E402
-from splitwise_plan.inputs.workloads import RequestStream, load_workload  # noqa: E402
 
 SETS = Path(__file__).with_suffix(".json")
 

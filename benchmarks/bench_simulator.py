@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from splitwise_plan.inputs.workloads import load_trace, load_workload
 from splitwise_plan.sim.fluid.model import pass_size
 from splitwise_plan.sim.simulator import Simulator
-from splitwise_plan.inputs.workloads import load_trace, load_workload
 
 SHARED = Path(os.environ.get("SPLITWISE_SHARED", Path(__file__).resolve().parents[2] / "shared"))
 COLS = [f"{m}_p{p}_s" for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99)]

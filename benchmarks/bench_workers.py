@@ -31,10 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from splitwise_plan.planning import stored  # noqa: E402
+from splitwise_plan.planning import PlanRequest, stored  # noqa: E402
 from splitwise_plan.search import storage as st  # noqa: E402
-from splitwise_plan.search.storage import heartbeat, urls  # noqa: E402
-from splitwise_plan.planning import PlanRequest  # noqa: E402
 
 
 def run(url: str, args, workers: int) -> dict:

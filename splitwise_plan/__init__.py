@@ -50,19 +50,19 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:   # what static tools and IDEs see: the same names, imported eagerly
-    from splitwise_plan.inputs.budget import parse_budget
-    from splitwise_plan.sim.cluster import SchedulerConfig
     from splitwise_plan.errors import SplitwisePlanError
-    from splitwise_plan.perf.latency_model import LatencyModel, PhaseCurve
+    from splitwise_plan.inputs.budget import parse_budget
     from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine, get_machine, load_machines
     from splitwise_plan.inputs.models import BUILTIN_MODELS, ModelSpec, get_model
     from splitwise_plan.inputs.paths import data_dir, data_file
-    from splitwise_plan.report.plan import plan_report, render as render_plan, write_reports
+    from splitwise_plan.inputs.slos import SLO, SLOSet, load_slos
+    from splitwise_plan.inputs.workloads import RequestStream, Workload, load_trace, load_workload, workload_names
+    from splitwise_plan.perf.latency_model import LatencyModel, PhaseCurve, reference_latencies
+    from splitwise_plan.perf.profiles import ProfileAccuracy, ProfileEntry, ProfileSet, load_profiles, profile_accuracy
     from splitwise_plan.planning.planner import plan
     from splitwise_plan.planning.request import PlanRequest
     from splitwise_plan.planning.result import DesignPlan, PlanResult
-    from splitwise_plan.perf.profiles import ProfileAccuracy, ProfileEntry, ProfileSet, load_profiles, profile_accuracy
+    from splitwise_plan.report.plan import plan_report, write_reports
+    from splitwise_plan.report.plan import render as render_plan
+    from splitwise_plan.sim.cluster import SchedulerConfig
     from splitwise_plan.sim.simulator import SimulationResult, Simulator
-    from splitwise_plan.inputs.slos import SLO, SLOSet, load_slos
-    from splitwise_plan.perf.latency_model import reference_latencies
-    from splitwise_plan.inputs.workloads import RequestStream, Workload, load_trace, load_workload, workload_names

@@ -13,13 +13,12 @@ import sys
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from splitwise_plan import __version__
-from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.cli.options import optional_values
+from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.planning.options import option_name
-from typer.core import TyperCommand
 
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3   # a bug: never 1, which check and capacity keep for "the SLOs fail"

@@ -14,6 +14,7 @@ from splitwise_plan import __version__
 from splitwise_plan.cli.app import app, console
 from splitwise_plan.errors import SplitwisePlanError
 
+
 @app.command("help")
 def help_cmd(ctx: typer.Context, command: Optional[str] = typer.Argument(
         None, metavar="[COMMAND]", help="A command (simulate, sweep, check, ...); none: the planner's options.")) -> None:

@@ -13,16 +13,31 @@ from typing import Optional
 
 import typer
 
-from splitwise_plan.cli.app import app
-from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.cli.progress import progress
-from splitwise_plan.errors import plural
-from splitwise_plan.search import passes
-from splitwise_plan.inputs.workloads import nonempty
-from splitwise_plan.cli.app import ReportCommand
+from splitwise_plan.cli.app import ReportCommand, app
 from splitwise_plan.cli.inputs import Inputs, arrivals_bar, fluid_caution, resolve_inputs
-from splitwise_plan.cli.options import ADV, STDOUT, check_positive, opt_bandwidth, opt_csv, opt_duration, opt_json, opt_machines_file, opt_method, opt_profiles, opt_quiet, opt_seed, opt_slo, opt_trace, opt_transfer, opt_workload
+from splitwise_plan.cli.options import (
+    ADV,
+    STDOUT,
+    check_positive,
+    opt_bandwidth,
+    opt_csv,
+    opt_duration,
+    opt_json,
+    opt_machines_file,
+    opt_method,
+    opt_profiles,
+    opt_quiet,
+    opt_seed,
+    opt_slo,
+    opt_trace,
+    opt_transfer,
+    opt_workload,
+)
 from splitwise_plan.cli.output import check_output_options, input_files, note, print_json, stdout_taken
+from splitwise_plan.cli.progress import progress
+from splitwise_plan.errors import SplitwisePlanError, plural
+from splitwise_plan.inputs.workloads import nonempty
+from splitwise_plan.search import passes
 
 MIN_STREAM_REQUESTS = 10  # capacity: never try a rate that gives fewer requests than this
 MAX_STREAM_REQUESTS = 2_000_000  # capacity: stop raising the rate past this many requests
@@ -39,9 +54,9 @@ def _load_spec(cluster_file: Path, machines_file: Optional[Path]):
 def _check_cluster(spec, inp: Inputs, cluster_file: Path) -> None:
     """A user error naming the cluster file when its machines cannot run its model at its TP
     (too few GPUs or too little HBM, or no profile at that TP)."""
-    from splitwise_plan.sim.cluster import instance_layout
     from splitwise_plan.inputs.machines import get_machine
     from splitwise_plan.inputs.models import get_model
+    from splitwise_plan.sim.cluster import instance_layout
     d = spec.design
     try:
         for m in d.machines:

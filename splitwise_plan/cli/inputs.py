@@ -5,18 +5,18 @@ the catalogs, loaded and checked once, and the design's machine counts.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from splitwise_plan.cli.options import AUTO, check_positive
+from splitwise_plan.cli.output import note
 from splitwise_plan.cli.progress import progress
-from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.errors import SplitwisePlanError, plural
 from splitwise_plan.inputs.designs import Design, pool_size
 from splitwise_plan.sim.cluster import SchedulerConfig
-from contextlib import contextmanager
-from splitwise_plan.cli.output import note
-from splitwise_plan.errors import plural
+
 
 @dataclass
 class Inputs:
@@ -101,9 +101,9 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     """Validate the shared inputs cheaply first (names, numbers), then load the files and the stream."""
     from splitwise_plan.inputs.machines import load_machines
     from splitwise_plan.inputs.models import get_model
-    from splitwise_plan.perf.profiles import ProfileSet
     from splitwise_plan.inputs.slos import load_slos
     from splitwise_plan.inputs.workloads import load_trace, load_workload, nonempty
+    from splitwise_plan.perf.profiles import ProfileSet
 
     model = get_model(model).name   # its name as the profiles spell it, whatever the case typed
     if tp is None or tp < 1:

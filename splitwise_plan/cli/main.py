@@ -15,8 +15,9 @@ import threading
 import time
 from pathlib import Path
 
-from splitwise_plan.cli.app import (EXIT_USER_ERROR, app, reader_gone, report_error, report_internal_error)
+from splitwise_plan.cli.app import EXIT_USER_ERROR, app, reader_gone, report_error, report_internal_error
 from splitwise_plan.errors import SplitwisePlanError, Stopped
+
 
 def _writable(stream) -> bool:
     """Whether a standard stream can be written: not closed by the caller (``2>&-`` leaves Python None

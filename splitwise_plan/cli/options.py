@@ -6,14 +6,13 @@ a file (standard output).
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 import typer
 
-from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.errors import SplitwisePlanError, positive_number
 from splitwise_plan.planning.options import PLAN_OPTIONS, default
-from splitwise_plan.errors import positive_number
-import os
 
 AUTO = "auto"   # --method of a grid: fluid where it reads the design reliably, else events
 

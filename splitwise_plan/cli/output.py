@@ -4,13 +4,14 @@ before a run.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
 
 from splitwise_plan.cli.options import STDOUT
 from splitwise_plan.errors import SplitwisePlanError
-import os
+
 
 def json_target(json_out: Optional[str]) -> Optional[str]:
     if json_out is None or json_out == STDOUT:

@@ -15,8 +15,7 @@ import typer
 
 from splitwise_plan import __version__
 from splitwise_plan.cli.app import app, console
-from splitwise_plan.cli.options import opt_bandwidth, opt_transfer
-from splitwise_plan.cli.options import STDOUT
+from splitwise_plan.cli.options import STDOUT, opt_bandwidth, opt_transfer
 from splitwise_plan.cli.output import check_output_options, note, print_json, stdout_taken
 from splitwise_plan.planning.options import PLAN_OPTIONS, option_name
 
@@ -91,10 +90,10 @@ def root(
 def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path],
                      quiet: bool) -> None:
     """Run the planner with a progress bar (per finished design), then write the reports and the table."""
+    from splitwise_plan.cli.progress import progress
+    from splitwise_plan.planning import plan
     from splitwise_plan.report.checkpoint import stopped_note
     from splitwise_plan.report.plan import plan_report, render, write_reports
-    from splitwise_plan.planning import plan
-    from splitwise_plan.cli.progress import progress
 
     check_output_options(json_out, csv_out, plot, inputs=req.input_files())   # a bad path fails now, not after the run
     n = len(req.designs)

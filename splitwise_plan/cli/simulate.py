@@ -16,18 +16,42 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from splitwise_plan.cli.app import app, console
-from splitwise_plan.cli.options import opt_bandwidth, opt_transfer
-from splitwise_plan.inputs.designs import Design, get_design
-from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.cli.progress import progress
-from splitwise_plan.errors import plural
-from splitwise_plan.report.formats import machine_counts
-from splitwise_plan.cli.app import ReportCommand
-from splitwise_plan.cli.inputs import arrivals_bar, auto_method, check_method, fluid_caution, parse_counts, resolve_counts, resolve_inputs
-from splitwise_plan.cli.options import ADV, AUTO, OUT, STDOUT, opt_csv, opt_duration, opt_json, opt_machines_file, opt_method, opt_model, opt_profiles, opt_quiet, opt_seed, opt_slo, opt_tp, opt_trace, opt_workload
+from splitwise_plan.cli.app import ReportCommand, app, console
+from splitwise_plan.cli.inputs import (
+    arrivals_bar,
+    auto_method,
+    check_method,
+    fluid_caution,
+    parse_counts,
+    resolve_counts,
+    resolve_inputs,
+)
+from splitwise_plan.cli.options import (
+    ADV,
+    AUTO,
+    OUT,
+    STDOUT,
+    opt_bandwidth,
+    opt_csv,
+    opt_duration,
+    opt_json,
+    opt_machines_file,
+    opt_method,
+    opt_model,
+    opt_profiles,
+    opt_quiet,
+    opt_seed,
+    opt_slo,
+    opt_tp,
+    opt_trace,
+    opt_transfer,
+    opt_workload,
+)
 from splitwise_plan.cli.output import check_output_options, input_files, note, print_json, stdout_taken
-
+from splitwise_plan.cli.progress import progress
+from splitwise_plan.errors import SplitwisePlanError, plural
+from splitwise_plan.inputs.designs import Design, get_design
+from splitwise_plan.report.formats import machine_counts
 
 MAX_GRID_POINTS = 200_000
 

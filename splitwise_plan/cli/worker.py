@@ -14,11 +14,10 @@ from typing import Optional
 
 import typer
 
-from splitwise_plan.cli.app import app
-from splitwise_plan.errors import positive_number
-from splitwise_plan.cli.app import ReportCommand
+from splitwise_plan.cli.app import ReportCommand, app
 from splitwise_plan.cli.options import STDOUT
 from splitwise_plan.cli.output import json_target
+from splitwise_plan.errors import positive_number
 
 
 @app.command("worker", cls=ReportCommand)
@@ -43,9 +42,9 @@ def worker_cmd(
 
     e.g. `splitwise-plan worker --storage postgresql://plan@db/plans --study sweep70`.
     """
-    from splitwise_plan.report.formats import atomic_write_text, envelope
-    from splitwise_plan.report.files import is_stdout
     from splitwise_plan.planning.stored import run_worker
+    from splitwise_plan.report.files import is_stdout
+    from splitwise_plan.report.formats import atomic_write_text, envelope
 
     def log(line: str) -> None:
         if not quiet:

@@ -26,9 +26,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
-from splitwise_plan.inputs.designs import pool_size
-from splitwise_plan.inputs.designs import Design, get_design
 from splitwise_plan.errors import SplitwisePlanError, by_name, choices
+from splitwise_plan.inputs.designs import Design, get_design, pool_size
 from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine
 from splitwise_plan.inputs.models import BUILTIN_MODELS
 from splitwise_plan.inputs.paths import read_toml, user_file

@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitwise_plan.inputs.designs import RESERVED_NAMES
 from splitwise_plan.errors import SplitwisePlanError, by_name, choices, whole_number
+from splitwise_plan.inputs.designs import RESERVED_NAMES
 from splitwise_plan.inputs.paths import read_toml
 
 GIB = 1024**3

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-
 import tomllib
 from pathlib import Path
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np   # (pandas is imported where it is used: processes that only simulate need none)
+import numpy as np  # (pandas is imported where it is used: processes that only simulate need none)
 
 if TYPE_CHECKING:   # for the annotations only
     import pandas as pd

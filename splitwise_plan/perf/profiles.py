@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np   # (pandas is imported where it is used: processes that only simulate need none)
+import numpy as np  # (pandas is imported where it is used: processes that only simulate need none)
 
 if TYPE_CHECKING:   # for the annotations only
     import pandas as pd
 
 from splitwise_plan.errors import SplitwisePlanError, choices, seed_value, whole_number
-from splitwise_plan.perf.latency_model import LatencyModel
 from splitwise_plan.inputs.paths import data_file, user_file
 from splitwise_plan.inputs.tables import MAX_TOKENS, bad_row, numeric_column, read_user_csv
+from splitwise_plan.perf.latency_model import LatencyModel
 
 SHIPPED_PROFILE = "perf_model.csv"
 NAME_COLUMNS = ("model", "hardware")

@@ -11,8 +11,15 @@ import numbers
 import os
 from dataclasses import dataclass
 
-from splitwise_plan.errors import (SplitwisePlanError, choices, input_name, positive_number, real_number, seed_value,
-                                   whole_number)
+from splitwise_plan.errors import (
+    SplitwisePlanError,
+    choices,
+    input_name,
+    positive_number,
+    real_number,
+    seed_value,
+    whole_number,
+)
 from splitwise_plan.inputs.designs import DESIGNS, MAX_POOL, Design, get_design, pool_size
 from splitwise_plan.inputs.machines import Machine
 from splitwise_plan.inputs.models import get_model

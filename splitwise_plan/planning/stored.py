@@ -21,9 +21,21 @@ from splitwise_plan.inputs.paths import file_sha256
 from splitwise_plan.planning.objectives import grid_limits, key_fn, pool_units
 from splitwise_plan.planning.request import Inputs, PlanRequest, default_batch
 from splitwise_plan.search import Evaluator, Space, capacity_model
-from splitwise_plan.search.storage import (ATTR, SCHEMA, best_trial, check_sqlite_file, check_storage, explore,
-                                           normalize_storage, open_storage, open_study, redact, sqlite_file,
-                                           study_names, worker_id)
+from splitwise_plan.search.storage import (
+    ATTR,
+    SCHEMA,
+    best_trial,
+    check_sqlite_file,
+    check_storage,
+    explore,
+    normalize_storage,
+    open_storage,
+    open_study,
+    redact,
+    sqlite_file,
+    study_names,
+    worker_id,
+)
 
 
 def _abs_if_file(value):

@@ -27,8 +27,8 @@ VERSION = 1
 
 def _point_of(d: dict):
     """A sweep's line: its result, keyed by (prompt, token) machines."""
-    from splitwise_plan.sim.simulator import SimulationResult
     from splitwise_plan.search.storage import decode_result
+    from splitwise_plan.sim.simulator import SimulationResult
 
     r = decode_result(d)
     if not isinstance(r, SimulationResult) or not all(

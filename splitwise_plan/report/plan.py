@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import math
 
+from splitwise_plan.errors import SplitwisePlanError, plural
 from splitwise_plan.inputs.designs import get_design
-from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.planning import Inputs, PlanRequest, PlanResult, input_label, inputs_block, json_number, stream_of
-from splitwise_plan.errors import plural
 from splitwise_plan.report.formats import machine_counts
 
 # --- rendering ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-import numpy as np   # (matplotlib is imported where it draws: a sweep without --plot needs none)
+import numpy as np  # (matplotlib is imported where it draws: a sweep without --plot needs none)
 
 if TYPE_CHECKING:   # for the annotations only
     from matplotlib.figure import Figure

@@ -14,8 +14,7 @@ Imports only from the layers below: :mod:`splitwise_plan.sim`, :mod:`splitwise_p
 from splitwise_plan.search.bound import CapacityModel, capacity_model
 from splitwise_plan.search.evaluator import WAKE_S, Evaluator, Lockstep, passes
 from splitwise_plan.search.space import Point, SearchResult, Space
-from splitwise_plan.search.strategies import (STRATEGIES, exhaustive_search, frontier_search, optuna_search,
-                                              search)
+from splitwise_plan.search.strategies import STRATEGIES, exhaustive_search, frontier_search, optuna_search, search
 
 __all__ = [
     "STRATEGIES", "WAKE_S", "CapacityModel", "Evaluator", "Lockstep", "Point", "SearchResult", "Space",

@@ -42,13 +42,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from splitwise_plan.sim.cluster import SchedulerConfig
-from splitwise_plan.inputs.designs import Design, get_design
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.perf.latency_model import MIXED_BATCH_FACTOR, LatencyModel
+from splitwise_plan.inputs.designs import Design, get_design
 from splitwise_plan.inputs.machines import Machine
 from splitwise_plan.inputs.models import ModelSpec
 from splitwise_plan.inputs.workloads import RequestStream
+from splitwise_plan.perf.latency_model import MIXED_BATCH_FACTOR, LatencyModel
+from splitwise_plan.sim.cluster import SchedulerConfig
 
 #: Objectives the capacity ILP and the search know.
 OBJECTIVES = ("cost", "power")

@@ -77,6 +77,7 @@ class Evaluator:
                 results = list(self._run(todo))
             elif self.jobs > 1 and len(todo) > 1:
                 from joblib import Parallel, delayed
+
                 from splitwise_plan.sim.simulator import starting_workers
                 n = min(self.jobs, len(todo))
                 chunks = [todo[i::n] for i in range(n)]

@@ -29,7 +29,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from splitwise_plan.errors import SplitwisePlanError
-
 from splitwise_plan.search.evaluator import Evaluator
 from splitwise_plan.search.space import Point, SearchResult, Space
 

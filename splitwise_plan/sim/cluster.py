@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from splitwise_plan.errors import SplitwisePlanError, input_name, positive_number, real_number, whole_number
-from splitwise_plan.perf.latency_model import LatencyModel
 from splitwise_plan.inputs.machines import Machine
 from splitwise_plan.inputs.models import ModelSpec, check_fits
+from splitwise_plan.perf.latency_model import LatencyModel
 
 GIB = 1024**3
 TRANSFERS = ("serialized", "layerwise")   # KV-cache transfer after the prompt, or overlapped with it

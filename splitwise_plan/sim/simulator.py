@@ -19,17 +19,16 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from splitwise_plan.inputs.designs import pool_size
-from splitwise_plan.sim.cluster import Cluster, Pool, SchedulerConfig, instance_layout
-from splitwise_plan.inputs.designs import Design, get_design
 from splitwise_plan.errors import SplitwisePlanError, by_name, choices, whole_number
+from splitwise_plan.inputs.designs import Design, get_design, pool_size
 from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine
-from splitwise_plan.sim.metrics import PERCENTILES, Verdict, percentiles, request_latencies
 from splitwise_plan.inputs.models import BUILTIN_MODELS, ModelSpec, get_model
-from splitwise_plan.perf.profiles import ProfileSet
 from splitwise_plan.inputs.slos import SLOSet, load_slos
-from splitwise_plan.perf.latency_model import reference_latencies
 from splitwise_plan.inputs.workloads import RequestStream
+from splitwise_plan.perf.latency_model import reference_latencies
+from splitwise_plan.perf.profiles import ProfileSet
+from splitwise_plan.sim.cluster import Cluster, Pool, SchedulerConfig, instance_layout
+from splitwise_plan.sim.metrics import PERCENTILES, Verdict, percentiles, request_latencies
 
 METHODS = ("fluid", "events")
 _WORKER_MEMORY = 200 * 2**20      # bytes a worker process takes besides its fluid pass (Python, numpy, the stream)
@@ -85,6 +84,7 @@ def starting_workers():
         # (SIG_UNBLOCK, not the mask as it was): started first, under the block, and blocked again
         try:
             from multiprocessing import resource_tracker
+
             from joblib.externals.loky.backend import resource_tracker as loky_tracker
             for tracker in (resource_tracker, loky_tracker):
                 tracker.ensure_running()

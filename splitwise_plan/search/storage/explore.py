@@ -8,13 +8,20 @@ whose point another worker is simulating waits for that result (see :mod:`.trial
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Callable, Sequence
 
 from splitwise_plan.search.storage.heartbeat import HEARTBEAT_INTERVAL, Heartbeat, fail_stale, worker_id
-from splitwise_plan.search.storage.trials import (TRIAL_ATTR, WORKER_ATTR, Point, constraint,
-                                                  point_of, sync, trial_record)
+from splitwise_plan.search.storage.trials import (
+    TRIAL_ATTR,
+    WORKER_ATTR,
+    Point,
+    constraint,
+    point_of,
+    sync,
+    trial_record,
+)
 
 PARAM_WAIT_S = 10.0              # how long to wait for another worker's just-asked trial to get its point
 

@@ -10,6 +10,7 @@ from splitwise_plan.errors import SplitwisePlanError, input_name
 from splitwise_plan.search.storage.trials import ATTR
 from splitwise_plan.search.storage.urls import first_line, open_storage, redact
 
+
 def _sampler(seed: int | None, n_trials: int):
     import optuna
 

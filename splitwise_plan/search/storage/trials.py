@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import numpy as np
 
-
 ATTR = "splitwise_plan"          # study user attribute: the question
 TRIAL_ATTR = "sim"               # trial user attribute: the point and its result
 WORKER_ATTR = "worker"           # trial user attribute set at ask time: the owning process

@@ -43,9 +43,9 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from splitwise_plan.sim.cluster import Cluster, SchedulerConfig
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.perf.latency_model import MIXED_BATCH_FACTOR
+from splitwise_plan.sim.cluster import Cluster, SchedulerConfig
 from splitwise_plan.sim.metrics import Verdict
 
 _RING_S = 0.25         # time resolution of the per-machine release ring
@@ -807,7 +807,7 @@ class _Run:
         one_token_l = (self.n <= 1).tolist()
         for i in range(N):
             # (the bounds as each request is routed: a closer reading stops narrow failures sooner, and the
-            # planner's walk down then loses the near misses it tries; tests/test_planner.py, near misses)
+            # planner's walk down then loses the near misses it tries; tests/planning/test_planner.py, near misses)
             if self.verdict is not None and i - checked >= _CHECK:
                 gone = self._hopeless(checked, i, pq, act, tau_req, pmach, dmach, now=arrival[i],
                                       waiting=waiting if any_waiting else None, mem_wait=mem_wait) & ~dying
