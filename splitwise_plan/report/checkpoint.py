@@ -27,11 +27,10 @@ VERSION = 1
 
 def _point_of(d: dict):
     """A sweep's line: its result, keyed by (prompt, token) machines."""
-    from splitwise_plan.search.storage import decode_result
     from splitwise_plan.sim.simulator import SimulationResult
 
-    r = decode_result(d)
-    if not isinstance(r, SimulationResult) or not all(
+    r = SimulationResult.from_record(d)
+    if not all(
             type(n) is int and n >= 0 for n in (r.prompt_machines, r.token_machines)):
         raise TypeError("not a simulation result")
     return (r.prompt_machines, r.token_machines), r
@@ -48,10 +47,8 @@ def _design_of(d: dict):
 
 
 def _encode(x) -> dict:
-    """A line of either kind."""
-    from splitwise_plan.search.storage import encode_result
-
-    return x.to_record() if hasattr(x, "to_record") else encode_result(x)
+    """A line of either kind: a SimulationResult or a DesignPlan, each as its own record."""
+    return x.to_record()
 
 
 _DECODERS = {"sweep": _point_of, "plan": _design_of}

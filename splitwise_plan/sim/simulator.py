@@ -10,6 +10,7 @@ evaluates designs with one of two methods:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import os
 import signal
@@ -29,6 +30,7 @@ from splitwise_plan.perf.latency_model import reference_latencies
 from splitwise_plan.perf.profiles import ProfileSet
 from splitwise_plan.sim.cluster import Cluster, Pool, SchedulerConfig, instance_layout
 from splitwise_plan.sim.metrics import PERCENTILES, Verdict, percentiles, request_latencies
+from splitwise_plan.sim.records import from_json, to_json
 
 METHODS = ("fluid", "events")
 _WORKER_MEMORY = 200 * 2**20      # bytes a worker process takes besides its fluid pass (Python, numpy, the stream)
@@ -145,6 +147,20 @@ class SimulationResult:
         return self.to_dict() == other.to_dict() and self.tightest == other.tightest
 
     __hash__ = None   # a result holds dicts
+
+    def to_record(self) -> dict:
+        """The whole result as JSON-able data, every field exact (a checkpoint's line, a stored trial)."""
+        return {"type": "SimulationResult",
+                "fields": {f.name: to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "SimulationResult":
+        """The inverse of :meth:`to_record` (a ``TypeError`` for a record of something else)."""
+        if record.get("type") != "SimulationResult":
+            raise TypeError("not a simulation result's record")
+        values = {k: from_json(v) for k, v in record["fields"].items()}
+        values["violations"] = tuple(values.get("violations") or ())
+        return cls(**values)
 
     def to_dict(self) -> dict:
         """The stable JSON schema of ``splitwise-plan simulate --json``."""

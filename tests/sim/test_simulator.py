@@ -1065,3 +1065,19 @@ def test_a_baseline_machine_counts_its_decodes_past_255():
     flags[0, 1, :300] = True
     flags[1, 2, ::2] = True
     assert _count(flags).tolist() == [[0, 300, 0], [0, 0, 256]]
+
+
+@pytest.mark.parametrize("method", ["events", "fluid"])
+def test_a_result_is_kept_as_json_and_read_back_exactly(method):
+    """A checkpoint line or a stored trial is the result's record: JSON text that reads back equal, every
+    number to the last bit (percentiles of unfinished requests are inf), and refuses another kind."""
+    import json
+
+    from splitwise_plan.sim.simulator import SimulationResult
+
+    sim = Simulator(load_workload("coding").generate(40, duration_s=20, seed=1), method=method)
+    for r in (sim.run("HH", 12, 3), sim.run("HH", 3, 1)):   # one that holds, one overloaded
+        back = SimulationResult.from_record(json.loads(json.dumps(r.to_record())))
+        assert back == r and back.flat() == r.flat() and back.violations == r.violations
+    with pytest.raises(TypeError):
+        SimulationResult.from_record({"type": "namespace", "fields": {}})

@@ -10,7 +10,7 @@ import math
 from dataclasses import fields, is_dataclass
 from types import SimpleNamespace
 
-import numpy as np
+from splitwise_plan.sim.records import from_json, to_json
 
 ATTR = "splitwise_plan"          # study user attribute: the question
 TRIAL_ATTR = "sim"               # trial user attribute: the point and its result
@@ -28,56 +28,24 @@ Point = tuple[int, int]
 
 # --- results as JSON ------------------------------------------------------------------
 
-def _to_json(x):
-    if isinstance(x, dict):
-        if all(isinstance(k, str) for k in x):
-            return {k: _to_json(v) for k, v in x.items()}
-        return {"__pairs__": [[_to_json(k), _to_json(v)] for k, v in x.items()]}
-    if isinstance(x, (list, tuple)):
-        return [_to_json(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return [_to_json(v) for v in x.tolist()]
-    return x
-
-
-def _from_json(x):
-    if isinstance(x, dict):
-        if set(x) == {"__pairs__"}:
-            return {_key(k): _from_json(v) for k, v in x["__pairs__"]}
-        return {k: _from_json(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_from_json(v) for v in x]
-    return x
-
-
-def _key(k):
-    if isinstance(k, float) and k.is_integer():
-        return int(k)
-    return k
-
-
 def encode_result(r) -> dict:
     """A simulation result as JSON-able data (a SimulationResult whole; any other object's fields)."""
     from splitwise_plan.sim.simulator import SimulationResult
 
     if isinstance(r, SimulationResult):
-        return {"type": "SimulationResult", "fields": {f.name: _to_json(getattr(r, f.name)) for f in fields(r)}}
+        return r.to_record()
     if is_dataclass(r):
-        return {"type": "namespace", "fields": {f.name: _to_json(getattr(r, f.name)) for f in fields(r)}}
-    return {"type": "namespace", "fields": {k: _to_json(v) for k, v in vars(r).items()}}
+        return {"type": "namespace", "fields": {f.name: to_json(getattr(r, f.name)) for f in fields(r)}}
+    return {"type": "namespace", "fields": {k: to_json(v) for k, v in vars(r).items()}}
 
 
 def decode_result(d: dict):
     """The inverse of :func:`encode_result`."""
     from splitwise_plan.sim.simulator import SimulationResult
 
-    vals = {k: _from_json(v) for k, v in d["fields"].items()}
     if d.get("type") == "SimulationResult":
-        vals["violations"] = tuple(vals.get("violations") or ())
-        return SimulationResult(**vals)
-    return SimpleNamespace(**vals)
+        return SimulationResult.from_record(d)
+    return SimpleNamespace(**{k: from_json(v) for k, v in d["fields"].items()})
 
 
 def _ratio(r) -> float:
@@ -104,7 +72,7 @@ def trial_record(evaluate, space, pt: Point, r, *, simulated: bool, worker: str,
            "worker": worker, "simulated": bool(simulated), "pruned": r is None}
     if r is not None:
         rec.update(slo_met=bool(r.slo_met), ratio=_ratio(r), ok=bool(evaluate.ok(r) and pt not in excluded),
-                   cost=_to_json(getattr(r, "cost", None)), power=_to_json(getattr(r, "power", None)),
+                   cost=to_json(getattr(r, "cost", None)), power=to_json(getattr(r, "power", None)),
                    result=encode_result(r))
     return rec
 
