@@ -19,13 +19,13 @@ errors.
 from splitwise_plan.planning.objectives import REFERENCE_GRID, gain_text
 from splitwise_plan.planning.planner import inputs_block, plan
 from splitwise_plan.planning.request import (
-                                             ALL_DESIGNS,
-                                             GOALS,
-                                             Inputs,
-                                             PlanRequest,
-                                             input_label,
-                                             parse_designs,
-                                             stream_of,
+    ALL_DESIGNS,
+    GOALS,
+    Inputs,
+    PlanRequest,
+    input_label,
+    parse_designs,
+    stream_of,
 )
 from splitwise_plan.planning.result import DesignPlan, PlanResult, json_number
 

@@ -45,24 +45,24 @@ from splitwise_plan.search.storage.explore import ExploreStats, attach, explore
 from splitwise_plan.search.storage.heartbeat import GRACE_PERIOD, HEARTBEAT_INTERVAL, fail_stale, worker_id
 from splitwise_plan.search.storage.studies import open_study, study_names
 from splitwise_plan.search.storage.trials import (
-                                                  ATTR,
-                                                  SCHEMA,
-                                                  TRIAL_ATTR,
-                                                  WORKER_ATTR,
-                                                  best_trial,
-                                                  decode_result,
-                                                  encode_result,
-                                                  trial_record,
-                                                  trial_table,
+    ATTR,
+    SCHEMA,
+    TRIAL_ATTR,
+    WORKER_ATTR,
+    best_trial,
+    decode_result,
+    encode_result,
+    trial_record,
+    trial_table,
 )
 from splitwise_plan.search.storage.urls import (
-                                                  check_sqlite_file,
-                                                  check_storage,
-                                                  is_optuna_schema,
-                                                  normalize_storage,
-                                                  open_storage,
-                                                  redact,
-                                                  sqlite_file,
+    check_sqlite_file,
+    check_storage,
+    is_optuna_schema,
+    normalize_storage,
+    open_storage,
+    redact,
+    sqlite_file,
 )
 
 __all__ = [
