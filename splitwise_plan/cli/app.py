@@ -1,8 +1,8 @@
-"""The ``splitwise-plan`` command line: a thin layer over the Python API.
+"""The typer ``app`` every command hangs off, and how a run's errors end: a user error is one line
+``error: <message>`` on stderr with exit status 2 (its fields named by their options), an internal error
+one line with status 3, a closed reader of standard output status 141.
 
-Every command reports a ``SplitwisePlanError`` as one line ``error: <message>`` on
-stderr and exits with status 2. Later commands (simulate, sweep, check, capacity,
-worker) and the root planner options hang off the same ``app``.
+:class:`ReportCommand` gives a command an optional ``--json`` FILE and one-line option errors.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """CLI commands that gate a deployed cluster: ``check`` (do the SLOs hold at a rate, with headroom:
 exit 0, 1 when not, 2 on bad input) and ``capacity`` (the highest rate it holds).
 
-Both read a cluster file (:mod:`splitwise_plan.inputs.cluster_file`) and share the options and inputs of
-``simulate`` (:mod:`splitwise_plan.cli.simulate`, which imports this module to register them).
+Both read a cluster file (:mod:`splitwise_plan.inputs.cluster_file`) and share the options
+(:mod:`.options`) and inputs (:mod:`.inputs`) of ``simulate``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The options the commands share, with their defaults and help in one place.
+"""The options the commands share (their defaults and the plan's help texts come from
+:mod:`splitwise_plan.planning.options`).
 
 Each ``opt_*`` returns a fresh ``typer.Option``; :func:`optional_values` lets ``--json`` go without
 a file (standard output).

@@ -1,9 +1,9 @@
-"""CLI commands that simulate given clusters: ``simulate`` and ``sweep``, and the options and inputs
-they share with ``check`` and ``capacity`` (:mod:`splitwise_plan.cli.check`).
+"""CLI commands that simulate given clusters: ``simulate`` (one design point) and ``sweep`` (a grid).
 
-They hang off the ``app`` of :mod:`splitwise_plan.cli.app` (imported at its end). Every bad
-input is a ``SplitwisePlanError`` (one line, exit 2), including option parsing errors,
-which :class:`ReportCommand` converts.
+They hang off the ``app`` of :mod:`splitwise_plan.cli.app`, with the options and inputs they share with
+``check`` and ``capacity`` (:mod:`.options`, :mod:`.inputs`). Every bad input is a
+``SplitwisePlanError`` (one line, exit 2), including option parsing errors, which
+:class:`~splitwise_plan.cli.app.ReportCommand` converts.
 """
 
 from __future__ import annotations

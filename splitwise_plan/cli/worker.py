@@ -1,6 +1,6 @@
 """The ``worker`` command: join a planner's Optuna studies from another process or machine.
 
-It hangs off the ``app`` of :mod:`splitwise_plan.cli.app` (imported at its end). The study
+It hangs off the ``app`` of :mod:`splitwise_plan.cli.app`. The study
 holds its question (see :mod:`splitwise_plan.planning.stored`), so the worker needs only the
 storage URL and the study name: it rebuilds the simulator and the search space, then
 asks, simulates and tells trials until the study holds its number of trials.
