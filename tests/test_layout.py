@@ -36,7 +36,9 @@ def _imports(name: str, tree: ast.Module, modules) -> list[tuple[str, list[str],
                 continue
             names = [a.name for a in node.names]
             subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in modules]
-            found.append((target, [n for n in names if f"{target}.{n}" not in modules], node.lineno))
+            others = [n for n in names if f"{target}.{n}" not in modules]
+            if others or not subs:   # ``from package import module`` depends on the module, not the package
+                found.append((target, others, node.lineno))
             found += [(s, [], node.lineno) for s in subs]
         elif isinstance(node, ast.Import):
             found += [(a.name, [], node.lineno) for a in node.names if a.name.startswith("splitwise_plan")]

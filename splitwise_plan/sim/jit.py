@@ -86,4 +86,4 @@ def before_first_call(kernel, what: str) -> None:
     index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
     if CACHED and index is not None and os.path.exists(index):
         return
-    say_once(f"compiling {what} (first run only; a few seconds)")
+    say_once(f"compiling {what} (first run after install only; up to half a minute)")
