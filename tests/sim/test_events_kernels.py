@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from splitwise_plan.inputs.workloads import load_workload
@@ -46,3 +48,9 @@ def test_until_stops_the_run_at_that_time():
     done = np.isfinite(cut.e2e)
     assert 0 < done.sum() < len(stream)
     np.testing.assert_array_equal(cut.e2e[done], full.e2e[done])
+
+
+def test_the_kernel_takes_the_state_in_the_order_of_its_fields():
+    from splitwise_plan.sim.events.kernels import run_events
+    params = list(inspect.signature(getattr(run_events, "py_func", run_events)).parameters)
+    assert params == [*state.Sim._fields, "chunk"]

@@ -53,7 +53,7 @@ def simulate_events(cluster: Cluster, stream: RequestStream, until: float | None
     sim = state.build(cluster, stream, until, overload_s, verdict)
     before_first_call(run_events, "the event simulator")
     while True:
-        status = run_events(sim, _PROGRESS_EVERY)
+        status = run_events(*sim, _PROGRESS_EVERY)
         if status == state.GROW:
             sim = state.grow(sim)
         elif status == state.CHUNK:

@@ -6,10 +6,16 @@ times are the same to the last bit. :func:`run_events` handles events until the 
 events is done (the caller reports progress and resumes), or a machine's lists or the heap need more
 room (the caller grows them and resumes).
 
-A machine's lists are rows of ``sim.queue`` with a length: appended to, deleted from and inserted into
+A machine's lists are rows of ``queue`` with a length: appended to, deleted from and inserted into
 as the reference's Python lists are (``insert``, ``remove`` of the first match, ``insort``), so their
-order is the reference's. Small helpers take the arrays they read rather than the whole state: a
-compiled call counts a reference to every array it is handed.
+order is the reference's.
+
+Each step takes only the arrays it reads, one argument each (a compiled call counts a reference to every
+array it is handed, and a bundle of them costs that for all of them). The call tree is flat: a step that
+would end by starting or pausing a machine returns START or PAUSE instead and :func:`run_events` does it,
+the step's last act as in the reference. Small helpers are ``@inline``: numba inlines them into each
+compiled step rather than compiling them on their own once per caller's argument types (constant
+arguments count as types), which takes less time to compile and runs as fast.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import math
 
 from splitwise_plan.perf.latency_model import MIXED_BATCH_FACTOR
+from splitwise_plan.sim import jit
 from splitwise_plan.sim.events.state import (
     ADDED,
     ARRIVAL,
@@ -108,18 +115,27 @@ from splitwise_plan.sim.events.state import (
 )
 from splitwise_plan.sim.jit import njit
 
+
+def inline(fn):
+    """A small helper, inlined into each compiled caller (numba's IR) rather than compiled on its own
+    once per caller's argument types: compiling takes less time, running the same."""
+    if jit.numba is None:
+        return fn
+    return jit.numba.njit(inline="always", cache=jit.CACHED)(fn)
+
 BY_PENDING, BY_SCHED_MEM = 0, 1   # the routers' keys: sched_pending, sched_mem
+NOTHING, START, PAUSE = range(3)  # what a step asks of the machine it touched, done last (see run_events)
 
 # -- a machine's lists: row ``queue[i, which]`` of length ``queue_len[i, which]`` -------------------------------
 
 
-@njit
+@inline
 def list_append(queue, queue_len, i, which, x):
     queue[i, which, queue_len[i, which]] = x
     queue_len[i, which] += 1
 
 
-@njit
+@inline
 def list_insert(queue, queue_len, i, which, pos, x):
     """``list.insert(pos, x)``."""
     j = queue_len[i, which]
@@ -130,7 +146,7 @@ def list_insert(queue, queue_len, i, which, pos, x):
     queue_len[i, which] += 1
 
 
-@njit
+@inline
 def list_delete(queue, queue_len, i, which, pos):
     """``del list[pos]``."""
     n = queue_len[i, which]
@@ -139,7 +155,7 @@ def list_delete(queue, queue_len, i, which, pos):
     queue_len[i, which] = n - 1
 
 
-@njit
+@inline
 def list_remove(queue, queue_len, i, which, x):
     """``if x in list: list.remove(x)`` (its first place)."""
     for j in range(queue_len[i, which]):
@@ -151,10 +167,9 @@ def list_remove(queue, queue_len, i, which, x):
 # -- the event heap: (time, insertion counter) ----------------------------------------------------------
 
 
-@njit
-def push(sim, t, kind, a, b):
+@inline
+def push(heap_f, heap_i, counters, t, kind, a, b):
     """``heapq.heappush`` of an event at ``t``, after every event pushed before it at ``t``."""
-    heap_f, heap_i, counters = sim.heap_f, sim.heap_i, sim.counters
     seq = counters[COUNTER]
     counters[COUNTER] = seq + 1
     pos = counters[HEAP_LEN]
@@ -174,7 +189,7 @@ def push(sim, t, kind, a, b):
     heap_i[pos, EV_B] = b
 
 
-@njit
+@inline
 def pop(heap_f, heap_i, counters):
     """Remove the heap's first event (read at slot 0 before)."""
     n = counters[HEAP_LEN] - 1
@@ -199,13 +214,13 @@ def pop(heap_f, heap_i, counters):
         heap_i[pos, c] = heap_i[n, c]
 
 
-@njit
-def events_left(sim):
+@inline
+def events_left(req_i, counters):
     """``len(heap)`` of the reference: the heap's events and the arrivals still to come."""
-    return sim.counters[HEAP_LEN] + sim.req_i.shape[0] - sim.counters[NEXT_ARRIVAL]
+    return counters[HEAP_LEN] + req_i.shape[0] - counters[NEXT_ARRIVAL]
 
 
-@njit
+@inline
 def next_is_arrival(req_f, req_i, heap_f, counters):
     """Whether the next event is an arrival: arrivals have the first counters, so they win ties."""
     k = counters[NEXT_ARRIVAL]
@@ -217,7 +232,7 @@ def next_is_arrival(req_f, req_i, heap_f, counters):
 # -- latency: LatencyModel.iteration_time_at ---------------------------------------------------------------
 
 
-@njit
+@inline
 def curve_at(curves, n, j, x):
     """``PhaseCurve.at(x)`` of curve ``j`` (of ``n`` points)."""
     lo, hi = 0, n
@@ -232,44 +247,43 @@ def curve_at(curves, n, j, x):
     return max(v, curves[j, FLOOR, 0])
 
 
-@njit
-def iteration_time(sim, i, n_prompt_tokens, n_decode):
-    """One batch's seconds on machine ``i``: prompt-only, decode-only, or mixed."""
-    c = 2 * sim.inst_i[i, CURVE]
-    n = sim.cfg.curve_n
+@inline
+def iteration_time(curves, curve_n, c, n_prompt_tokens, n_decode):
+    """One batch's seconds on a machine of latency curves ``c``: prompt-only, decode-only, or mixed."""
+    p, t = 2 * c, 2 * c + 1
     if n_decode <= 0:
-        return curve_at(sim.curves, n[c], c, float(n_prompt_tokens))
+        return curve_at(curves, curve_n[p], p, float(n_prompt_tokens))
     if n_prompt_tokens <= 0:
-        return curve_at(sim.curves, n[c + 1], c + 1, float(n_decode))
-    return MIXED_BATCH_FACTOR * curve_at(sim.curves, n[c], c, float(n_prompt_tokens + n_decode))
+        return curve_at(curves, curve_n[t], t, float(n_decode))
+    return MIXED_BATCH_FACTOR * curve_at(curves, curve_n[p], p, float(n_prompt_tokens + n_decode))
 
 
 # -- tasks ------------------------------------------------------------------------------------------------
 
 
-@njit
+@inline
 def is_prompt(task):
     return task & 1 == 0
 
 
-@njit
+@inline
 def tokens_per_iteration(req_i, task):
     return req_i[task >> 1, PROMPT] if is_prompt(task) else 1
 
 
-@njit
+@inline
 def task_size(req_i, task):
     """Tokens the task generates."""
     return 1 if is_prompt(task) else req_i[task >> 1, OUTPUT] - 1
 
 
-@njit
+@inline
 def first_task(task_i, i, rid):
     """``pool_tasks[rid][0]`` of machine ``i``: the prompt task arrives first wherever both are."""
     return 2 * rid if task_i[2 * rid, WHERE] == i else 2 * rid + 1
 
 
-@njit
+@inline
 def holds_request(task_i, i, rid):
     """``rid in pool_tasks`` of machine ``i``."""
     return task_i[2 * rid, WHERE] == i or task_i[2 * rid + 1, WHERE] == i
@@ -278,7 +292,7 @@ def holds_request(task_i, i, rid):
 # -- a machine's queues ----------------------------------------------------------------------------------
 
 
-@njit
+@inline
 def insort_pending(queue, queue_len, task_i, req_f, i, task):
     """``insort(pending, task, key=lambda t: (t.nprem, t.req.arrival))``: a binary search over the queued
     tasks' keys as they are now (counts grow while tasks wait: the queue is not kept sorted)."""
@@ -295,7 +309,7 @@ def insort_pending(queue, queue_len, task_i, req_f, i, task):
     list_insert(queue, queue_len, i, PENDING, lo, task)
 
 
-@njit
+@inline
 def add_pending(queue, queue_len, task_i, req_f, i, task, preempted):
     insort_pending(queue, queue_len, task_i, req_f, i, task)
     if preempted:
@@ -304,7 +318,7 @@ def add_pending(queue, queue_len, task_i, req_f, i, task, preempted):
         list_append(queue, queue_len, i, PENDING_PROMPTS, task)
 
 
-@njit
+@inline
 def remove_pending(queue, queue_len, i, task):
     list_remove(queue, queue_len, i, PENDING, task)
     list_remove(queue, queue_len, i, BLOCKED_LIST, task)
@@ -312,23 +326,7 @@ def remove_pending(queue, queue_len, i, task):
         list_remove(queue, queue_len, i, PENDING_PROMPTS, task)
 
 
-@njit
-def enter_batch(queue, queue_len, task_i, inst_f, now, i, task):
-    if queue_len[i, BATCH] == 0:
-        inst_f[i, BUSY_SINCE] = now
-    list_append(queue, queue_len, i, BATCH, task)
-    task_i[task, BATCHED] = 1
-
-
-@njit
-def leave_batch(queue, queue_len, task_i, inst_f, now, i, task):
-    list_remove(queue, queue_len, i, BATCH, task)
-    task_i[task, BATCHED] = 0
-    if queue_len[i, BATCH] == 0:
-        inst_f[i, BUSY] += now - inst_f[i, BUSY_SINCE]
-
-
-@njit
+@inline
 def pool_order_index(queue, queue_len, i, rid):
     """``bisect_right(pool_order, rid)``: request ids are sorted and unique."""
     lo, hi = 0, queue_len[i, POOL_ORDER]
@@ -345,52 +343,49 @@ def pool_order_index(queue, queue_len, i, rid):
 
 
 @njit
-def task_arrival(sim, i, task):
-    inst_f, inst_i, queue_len, cfg = sim.inst_f, sim.inst_i, sim.queue_len, sim.cfg
+def task_arrival(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, cfg, i, task):
+    """Task ``task`` joins machine ``i``; then START it, PAUSE its run of decodes, or NOTHING."""
     rid = task >> 1
-    if not holds_request(sim.task_i, i, rid):
-        list_insert(sim.queue, queue_len, i, POOL_ORDER, pool_order_index(sim.queue, queue_len, i, rid), rid)
-    sim.task_i[task, WHERE] = i
+    if not holds_request(task_i, i, rid):
+        list_insert(queue, queue_len, i, POOL_ORDER, pool_order_index(queue, queue_len, i, rid), rid)
+    task_i[task, WHERE] = i
     inst_i[i, N_TASKS] += 1
-    add_pending(sim.queue, queue_len, sim.task_i, sim.req_f, i, task, False)
+    add_pending(queue, queue_len, task_i, req_f, i, task, False)
     n_batch = queue_len[i, BATCH]
     if n_batch == 0:
-        if inst_f[i, MEM] + sim.task_mem[task] > inst_f[i, MAX_MEM]:
-            return
-        start_iteration(sim, i)
-        return
-    tpi = tokens_per_iteration(sim.req_i, task)
+        return NOTHING if inst_f[i, MEM] + task_mem[task] > inst_f[i, MAX_MEM] else START
+    tpi = tokens_per_iteration(req_i, task)
     if n_batch < cfg.max_batch_size and inst_i[i, BATCH_TOKENS] + tpi <= cfg.max_batch_tokens:
-        pause(sim, i)
-        return
+        return PAUSE
     if is_prompt(task):
         n_token = 0
         for k in range(n_batch):
-            if not is_prompt(sim.queue[i, BATCH, k]):
+            if not is_prompt(queue[i, BATCH, k]):
                 n_token += 1
         n_prompt = n_batch - n_token
         if n_prompt < n_batch and inst_i[i, BATCH_TOKENS] - n_token + tpi <= cfg.max_batch_tokens:
-            pause(sim, i)
+            return PAUSE
+    return NOTHING
 
 
-@njit
-def pause(sim, i):
+@inline
+def pause(inst_f, inst_i, queue, queue_len, heap_f, heap_i, counters, now, i):
     """Stop a run of decode iterations at the next iteration boundary."""
-    inst_f, inst_i = sim.inst_f, sim.inst_i
     if inst_i[i, PAUSED]:
         return
-    for k in range(sim.queue_len[i, BATCH]):
-        if is_prompt(sim.queue[i, BATCH, k]):
+    for k in range(queue_len[i, BATCH]):
+        if is_prompt(queue[i, BATCH, k]):
             return
     inst_i[i, PAUSED] = 1
-    done = (sim.clock[NOW] - inst_f[i, RUN_START]) // inst_f[i, ITER_DUR]
+    done = (now - inst_f[i, RUN_START]) // inst_f[i, ITER_DUR]
     inst_i[i, N_CONTIG] = int(done) + 1
     inst_i[i, VERSION] += 1
-    push(sim, inst_f[i, RUN_START] + inst_f[i, ITER_DUR] * inst_i[i, N_CONTIG], COMPLETE, i, inst_i[i, VERSION])
+    push(heap_f, heap_i, counters, inst_f[i, RUN_START] + inst_f[i, ITER_DUR] * inst_i[i, N_CONTIG], COMPLETE, i,
+         inst_i[i, VERSION])
 
 
-@njit
-def runs_on(queue, queue_len, task_i, req_i, cfg, i):
+@inline
+def runs_on(req_i, task_i, queue, queue_len, cfg, i):
     """The batch's tokens if nothing else waits on machine ``i`` and its batch still fits (it runs on as
     it is), else -1."""
     n_batch = queue_len[i, BATCH]
@@ -406,29 +401,27 @@ def runs_on(queue, queue_len, task_i, req_i, cfg, i):
     return bt if bt <= cfg.max_batch_tokens else -1
 
 
-@njit
+@inline
 def is_full(cfg, n_new, bt, tpi):
     """A scan stops when the batch is full or a task's tokens would not fit (a first task always fits)."""
     return n_new == cfg.max_batch_size or (n_new > 0 and bt + tpi > cfg.max_batch_tokens)
 
 
-@njit
-def take(sim, t, stamp, n_new):
+@inline
+def take(req_i, task_i, scratch, t, stamp, n_new):
     """Put task ``t`` in the new batch (``in_batch`` holds its request)."""
-    sim.scratch[NEW, n_new] = t
-    sim.req_i[t >> 1, REQ_STAMP] = stamp
-    sim.task_i[t, TASK_STAMP] = stamp
+    scratch[NEW, n_new] = t
+    req_i[t >> 1, REQ_STAMP] = stamp
+    task_i[t, TASK_STAMP] = stamp
     return n_new + 1
 
 
-@njit
-def scan_queues(sim, i, stamp):
+@inline
+def scan_queues(req_i, task_mem, task_i, queue, queue_len, scratch, cfg, i, stamp, memory, max_mem):
     """The first three scans: tasks preempted too often, then prompts (FCFS), then preempted decodes.
     Returns (tasks taken, their tokens, the memory they make)."""
-    queue, task_i, task_mem, req_i, cfg = sim.queue, sim.task_i, sim.task_mem, sim.req_i, sim.cfg
-    max_mem = sim.inst_f[i, MAX_MEM]
-    n_new, bt, memory = 0, 0, sim.inst_f[i, MEM]
-    for k in range(sim.queue_len[i, PENDING]):            # tasks preempted too often go first
+    n_new, bt = 0, 0
+    for k in range(queue_len[i, PENDING]):                # tasks preempted too often go first
         t = queue[i, PENDING, k]
         if task_i[t, NPREM] < cfg.max_preemptions:
             break
@@ -438,13 +431,13 @@ def scan_queues(sim, i, stamp):
         if req_i[t >> 1, REQ_STAMP] == stamp:
             continue
         if task_i[t, STATE] == BLOCKED:
-            n_new = take(sim, t, stamp, n_new)
+            n_new = take(req_i, task_i, scratch, t, stamp, n_new)
             bt += tpi
         elif task_mem[t] + memory <= max_mem:
-            n_new = take(sim, t, stamp, n_new)
+            n_new = take(req_i, task_i, scratch, t, stamp, n_new)
             memory += task_mem[t]
             bt += tpi
-    for k in range(sim.queue_len[i, PENDING_PROMPTS]):    # then prompts, FCFS
+    for k in range(queue_len[i, PENDING_PROMPTS]):        # then prompts, FCFS
         t = queue[i, PENDING_PROMPTS, k]
         tpi = tokens_per_iteration(req_i, t)
         if is_full(cfg, n_new, bt, tpi):
@@ -452,37 +445,36 @@ def scan_queues(sim, i, stamp):
         if req_i[t >> 1, REQ_STAMP] == stamp:
             continue
         if task_mem[t] + memory <= max_mem:
-            n_new = take(sim, t, stamp, n_new)
+            n_new = take(req_i, task_i, scratch, t, stamp, n_new)
             memory += task_mem[t]
             bt += tpi
         else:
             break
-    for k in range(sim.queue_len[i, BLOCKED_LIST]):       # then preempted decodes
+    for k in range(queue_len[i, BLOCKED_LIST]):           # then preempted decodes
         t = queue[i, BLOCKED_LIST, k]
         tpi = tokens_per_iteration(req_i, t)
         if is_full(cfg, n_new, bt, tpi):
             break
         if req_i[t >> 1, REQ_STAMP] == stamp:
             continue
-        n_new = take(sim, t, stamp, n_new)
+        n_new = take(req_i, task_i, scratch, t, stamp, n_new)
         bt += tpi
     return n_new, bt, memory
 
 
-@njit
-def scan_machine(sim, i, stamp, n_new, bt, memory):
+@inline
+def scan_machine(req_i, task_mem, task_i, queue, queue_len, scratch, cfg, i, stamp, n_new, bt, memory, max_mem):
     """The last two scans: the running decodes, then anything else, oldest first. Returns (taken, tokens)."""
-    queue, task_i, task_mem, req_i, cfg = sim.queue, sim.task_i, sim.task_mem, sim.req_i, sim.cfg
-    for k in range(sim.queue_len[i, BATCH]):              # then the running decodes
+    for k in range(queue_len[i, BATCH]):                  # then the running decodes
         t = queue[i, BATCH, k]
         tpi = tokens_per_iteration(req_i, t)
         if is_full(cfg, n_new, bt, tpi):
             break
         if req_i[t >> 1, REQ_STAMP] == stamp:
             continue
-        n_new = take(sim, t, stamp, n_new)
+        n_new = take(req_i, task_i, scratch, t, stamp, n_new)
         bt += tpi
-    for k in range(sim.queue_len[i, POOL_ORDER]):         # then anything else, oldest first
+    for k in range(queue_len[i, POOL_ORDER]):             # then anything else, oldest first
         if n_new == cfg.max_batch_size:
             break
         rid = queue[i, POOL_ORDER, k]
@@ -493,10 +485,10 @@ def scan_machine(sim, i, stamp, n_new, bt, memory):
         if n_new > 0 and bt + tpi > cfg.max_batch_tokens:
             break
         if task_i[t, STATE] == BLOCKED:
-            n_new = take(sim, t, stamp, n_new)
+            n_new = take(req_i, task_i, scratch, t, stamp, n_new)
             bt += tpi
-        elif task_mem[t] + memory <= sim.inst_f[i, MAX_MEM]:
-            n_new = take(sim, t, stamp, n_new)
+        elif task_mem[t] + memory <= max_mem:
+            n_new = take(req_i, task_i, scratch, t, stamp, n_new)
             memory += task_mem[t]
             bt += tpi
         else:
@@ -505,22 +497,24 @@ def scan_machine(sim, i, stamp, n_new, bt, memory):
 
 
 @njit
-def select_batch(sim, i):
+def select_batch(req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, counters, cfg, i):
     """The next batch (the reference's rules): the numbers of tasks it preempts and adds (in the
     PREEMPTED and ADDED scratch rows), or (-1, -1) when the running batch goes on unchanged."""
-    bt = runs_on(sim.queue, sim.queue_len, sim.task_i, sim.req_i, sim.cfg, i)
+    bt = runs_on(req_i, task_i, queue, queue_len, cfg, i)
     if bt >= 0:
-        sim.inst_i[i, BATCH_TOKENS] = bt
+        inst_i[i, BATCH_TOKENS] = bt
         return -1, -1
-    sim.counters[STAMP] += 1
-    stamp = sim.counters[STAMP]
-    n_new, bt, memory = scan_queues(sim, i, stamp)
-    n_new, bt = scan_machine(sim, i, stamp, n_new, bt, memory)
-    sim.inst_i[i, BATCH_TOKENS] = bt
-    scratch, task_i = sim.scratch, sim.task_i
+    counters[STAMP] += 1
+    stamp = counters[STAMP]
+    max_mem = inst_f[i, MAX_MEM]
+    n_new, bt, memory = scan_queues(req_i, task_mem, task_i, queue, queue_len, scratch, cfg, i, stamp,
+                                    inst_f[i, MEM], max_mem)
+    n_new, bt = scan_machine(req_i, task_mem, task_i, queue, queue_len, scratch, cfg, i, stamp, n_new, bt, memory,
+                             max_mem)
+    inst_i[i, BATCH_TOKENS] = bt
     n_preempted = 0
-    for k in range(sim.queue_len[i, BATCH]):              # the old batch's tasks not kept
-        t = sim.queue[i, BATCH, k]
+    for k in range(queue_len[i, BATCH]):                  # the old batch's tasks not kept
+        t = queue[i, BATCH, k]
         if task_i[t, TASK_STAMP] != stamp:
             scratch[PREEMPTED, n_preempted] = t
             n_preempted += 1
@@ -534,110 +528,115 @@ def select_batch(sim, i):
 
 
 @njit
-def change_batch(sim, i, n_preempted, n_added):
+def change_batch(req_f, task_i, inst_f, queue, queue_len, scratch, now, i, n_preempted, n_added):
     """Preempt and add the tasks ``select_batch`` chose; count a preemption for each task left waiting."""
-    task_i = sim.task_i
     for k in range(n_preempted):
-        t = sim.scratch[PREEMPTED, k]
+        t = scratch[PREEMPTED, k]
         task_i[t, STATE] = BLOCKED
-        leave_batch(sim.queue, sim.queue_len, task_i, sim.inst_f, sim.clock[NOW], i, t)
-        add_pending(sim.queue, sim.queue_len, task_i, sim.req_f, i, t, True)
+        list_remove(queue, queue_len, i, BATCH, t)        # leaves the batch
+        task_i[t, BATCHED] = 0
+        if queue_len[i, BATCH] == 0:
+            inst_f[i, BUSY] += now - inst_f[i, BUSY_SINCE]
+        add_pending(queue, queue_len, task_i, req_f, i, t, True)
     for k in range(n_added):
-        t = sim.scratch[ADDED, k]
-        remove_pending(sim.queue, sim.queue_len, i, t)
-        enter_batch(sim.queue, sim.queue_len, task_i, sim.inst_f, sim.clock[NOW], i, t)
-    for k in range(sim.queue_len[i, POOL_ORDER]):
-        t = first_task(task_i, i, sim.queue[i, POOL_ORDER, k])
+        t = scratch[ADDED, k]
+        remove_pending(queue, queue_len, i, t)
+        if queue_len[i, BATCH] == 0:                      # enters the batch
+            inst_f[i, BUSY_SINCE] = now
+        list_append(queue, queue_len, i, BATCH, t)
+        task_i[t, BATCHED] = 1
+    for k in range(queue_len[i, POOL_ORDER]):
+        t = first_task(task_i, i, queue[i, POOL_ORDER, k])
         if not task_i[t, BATCHED]:
             task_i[t, NPREM] += 1
 
 
 @njit
-def start_iteration(sim, i):
-    inst_f, inst_i, task_i = sim.inst_f, sim.inst_i, sim.task_i
-    n_preempted, n_added = select_batch(sim, i)
+def start_iteration(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, pools, heap_f, heap_i,
+                    counters, curves, cfg, now, i):
+    n_preempted, n_added = select_batch(req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, counters,
+                                        cfg, i)
     if n_preempted >= 0:   # else the batch runs on unchanged, every task of the machine in it
-        change_batch(sim, i, n_preempted, n_added)
-    n_batch = sim.queue_len[i, BATCH]
+        change_batch(req_f, task_i, inst_f, queue, queue_len, scratch, now, i, n_preempted, n_added)
+    n_batch = queue_len[i, BATCH]
     if n_batch == 0:
-        if sim.queue_len[i, POOL_ORDER] == 0:
-            notify_free(sim, i)
+        if queue_len[i, POOL_ORDER] == 0:
+            notify_free(pools, counters, inst_i, i)
         return
     n_prompt_tokens = n_decode = 0
     least = 0                       # the fewest tokens a task of the batch has left
     for k in range(n_batch):        # one pass: the batch's shape, and its tasks start running
-        t = sim.queue[i, BATCH, k]
+        t = queue[i, BATCH, k]
         if is_prompt(t):
-            n_prompt_tokens += tokens_per_iteration(sim.req_i, t)
+            n_prompt_tokens += tokens_per_iteration(req_i, t)
         else:
             n_decode += 1
-        left = task_size(sim.req_i, t) - task_i[t, GENERATED]
+        left = task_size(req_i, t) - task_i[t, GENERATED]
         if k == 0 or left < least:
             least = left
         if task_i[t, STATE] == QUEUED:
             task_i[t, STATE] = RUNNING
-            inst_f[i, MEM] += sim.task_mem[t]
-            sim.req_f[t >> 1, MEMORY] += sim.task_mem[t]
+            inst_f[i, MEM] += task_mem[t]
+            req_f[t >> 1, MEMORY] += task_mem[t]
         elif task_i[t, STATE] == BLOCKED:
             task_i[t, STATE] = RUNNING
-    inst_f[i, ITER_DUR] = iteration_time(sim, i, n_prompt_tokens, n_decode)
+    inst_f[i, ITER_DUR] = iteration_time(curves, cfg.curve_n, inst_i[i, CURVE], n_prompt_tokens, n_decode)
     inst_i[i, N_CONTIG] = 1 if n_prompt_tokens else least
-    inst_f[i, RUN_START] = sim.clock[NOW]
+    inst_f[i, RUN_START] = now
     inst_i[i, PAUSED] = 0
     inst_i[i, VERSION] += 1
-    push(sim, inst_f[i, RUN_START] + inst_f[i, ITER_DUR] * inst_i[i, N_CONTIG], COMPLETE, i, inst_i[i, VERSION])
+    push(heap_f, heap_i, counters, now + inst_f[i, ITER_DUR] * inst_i[i, N_CONTIG], COMPLETE, i, inst_i[i, VERSION])
 
 
 @njit
-def complete_iteration(sim, i, version):
-    inst_i, task_i = sim.inst_i, sim.task_i
+def complete_iteration(req_f, req_i, task_i, inst_f, inst_i, queue, queue_len, scratch, heap_f, heap_i, counters,
+                       slos, slo_limit, slo_ref, now, i, version):
+    """The machine's run of iterations ends: its finished tasks leave; then START it (or NOTHING: an
+    outdated event)."""
     if version != inst_i[i, VERSION]:
-        return
+        return NOTHING
     n_finished = 0
-    for k in range(sim.queue_len[i, BATCH]):
-        t = sim.queue[i, BATCH, k]
+    for k in range(queue_len[i, BATCH]):
+        t = queue[i, BATCH, k]
         task_i[t, GENERATED] += 1 if is_prompt(t) else inst_i[i, N_CONTIG]
-        if task_i[t, GENERATED] >= task_size(sim.req_i, t):
-            sim.scratch[FINISHED, n_finished] = t
+        if task_i[t, GENERATED] >= task_size(req_i, t):
+            scratch[FINISHED, n_finished] = t
             n_finished += 1
     for k in range(n_finished):
-        t = sim.scratch[FINISHED, k]
+        t = scratch[FINISHED, k]
         task_i[t, STATE] = DONE
-        leave_batch(sim.queue, sim.queue_len, task_i, sim.inst_f, sim.clock[NOW], i, t)
+        list_remove(queue, queue_len, i, BATCH, t)        # leaves the batch
+        task_i[t, BATCHED] = 0
+        if queue_len[i, BATCH] == 0:
+            inst_f[i, BUSY] += now - inst_f[i, BUSY_SINCE]
         task_i[t, WHERE] = -1
         inst_i[i, N_TASKS] -= 1
         rid = t >> 1
         if not holds_request(task_i, i, rid):
-            list_delete(sim.queue, sim.queue_len, i, POOL_ORDER, pool_order_index(sim.queue, sim.queue_len, i, rid) - 1)
-        task_done(sim, t, i)
+            list_delete(queue, queue_len, i, POOL_ORDER, pool_order_index(queue, queue_len, i, rid) - 1)
+        task_done(req_f, req_i, inst_f, inst_i, heap_f, heap_i, counters, slos, slo_limit, slo_ref, now, t, i)
     inst_i[i, PAUSED] = 0
-    start_iteration(sim, i)
+    return START
 
 
-@njit
-def free(inst_f, i, amount):
-    inst_f[i, MEM] -= amount
-    inst_f[i, SCHED_MEM] -= amount
-
-
-@njit
-def notify_flow_completion(sim, i):
-    """The reference's notify_flow_completion: memory was freed on machine ``i``, maybe start."""
-    if sim.queue_len[i, PENDING] == 0:
-        return
-    t = sim.queue[i, PENDING, 0]
-    if sim.queue_len[i, BATCH] == 0:
-        if sim.inst_f[i, MEM] + sim.task_mem[t] > sim.inst_f[i, MAX_MEM]:
-            return
-        start_iteration(sim, i)
-    elif sim.queue_len[i, BATCH] < sim.cfg.max_batch_size and sim.inst_i[i, BATCH_TOKENS] < sim.cfg.max_batch_tokens:
-        pause(sim, i)
+@inline
+def notify_flow_completion(task_mem, inst_f, inst_i, queue, queue_len, cfg, i):
+    """The reference's notify_flow_completion: memory was freed on machine ``i``: START it, PAUSE it, or
+    NOTHING."""
+    if queue_len[i, PENDING] == 0:
+        return NOTHING
+    t = queue[i, PENDING, 0]
+    if queue_len[i, BATCH] == 0:
+        return NOTHING if inst_f[i, MEM] + task_mem[t] > inst_f[i, MAX_MEM] else START
+    if queue_len[i, BATCH] < cfg.max_batch_size and inst_i[i, BATCH_TOKENS] < cfg.max_batch_tokens:
+        return PAUSE
+    return NOTHING
 
 
 # -- pools ------------------------------------------------------------------------------------------------
 
 
-@njit
+@inline
 def pool_remove(pools, counters, pool, i):
     """``pool.remove(i)``."""
     n = counters[POOL_SIZE + pool]
@@ -649,36 +648,35 @@ def pool_remove(pools, counters, pool, i):
     counters[POOL_SIZE + pool] = n - 1
 
 
-@njit
+@inline
 def pool_append(pools, counters, pool, i):
     pools[pool, counters[POOL_SIZE + pool]] = i
     counters[POOL_SIZE + pool] += 1
 
 
-@njit
-def lend_to_mixed(sim, pool, i):
-    pool_remove(sim.pools, sim.counters, pool, i)
-    pool_append(sim.pools, sim.counters, MIXED_POOL, i)
-    sim.inst_i[i, MIXED] = 1
+@inline
+def lend_to_mixed(pools, counters, inst_i, pool, i):
+    pool_remove(pools, counters, pool, i)
+    pool_append(pools, counters, MIXED_POOL, i)
+    inst_i[i, MIXED] = 1
 
 
-@njit
-def notify_free(sim, i):
+@inline
+def notify_free(pools, counters, inst_i, i):
     """An idle machine lent to the mixed pool goes home."""
-    if sim.inst_i[i, MIXED]:
-        sim.inst_i[i, MIXED] = 0
-        pool_remove(sim.pools, sim.counters, MIXED_POOL, i)
-        pool_append(sim.pools, sim.counters, sim.inst_i[i, HOME], i)
+    if inst_i[i, MIXED]:
+        inst_i[i, MIXED] = 0
+        pool_remove(pools, counters, MIXED_POOL, i)
+        pool_append(pools, counters, inst_i[i, HOME], i)
 
 
-@njit
-def least(sim, pool, key, need, fits):
+@inline
+def least(pools, counters, inst_f, inst_i, pool, key, need, fits):
     """``min(pool, key=key)``: the first least-``key`` machine of ``pool`` (-1 if none), only among those
     whose KV room holds ``need`` bytes if ``fits`` (the reference's ``_least``, else ``_least_of_all``)."""
-    inst_f, inst_i = sim.inst_f, sim.inst_i
     best, best_key = -1, 0.0
-    for k in range(sim.counters[POOL_SIZE + pool]):
-        i = sim.pools[pool, k]
+    for k in range(counters[POOL_SIZE + pool]):
+        i = pools[pool, k]
         if fits and inst_f[i, ROOM] < need:
             continue
         v = float(inst_i[i, SCHED_PENDING]) if key == BY_PENDING else inst_f[i, SCHED_MEM]
@@ -688,13 +686,13 @@ def least(sim, pool, key, need, fits):
 
 
 @njit
-def least_of_every(sim, key, need, fits):
-    """``least(prompt_pool + mixed_pool + token_pool, ...)``."""
+def least_of_every(pools, counters, inst_f, inst_i, need, fits):
+    """``least(prompt_pool + mixed_pool + token_pool, key=sched_pending, ...)``."""
     best, best_key = -1, 0.0
     for pool in (PROMPT_POOL, MIXED_POOL, TOKEN_POOL):
-        i = least(sim, pool, key, need, fits)
+        i = least(pools, counters, inst_f, inst_i, pool, BY_PENDING, need, fits)
         if i >= 0:
-            v = float(sim.inst_i[i, SCHED_PENDING]) if key == BY_PENDING else sim.inst_f[i, SCHED_MEM]
+            v = float(inst_i[i, SCHED_PENDING])
             if best < 0 or v < best_key:
                 best, best_key = i, v
     return best
@@ -703,55 +701,37 @@ def least_of_every(sim, key, need, fits):
 # -- the cluster: routing ---------------------------------------------------------------------------------
 
 
-@njit
-def is_queue_long(sim, i, prompt):
-    return sim.queue_len[i, PENDING] > 0 and sim.inst_i[i, SCHED_PENDING] + prompt > sim.cfg.prompt_max_pending_tokens
-
-
-@njit
-def find_best_prompt_instance(sim, rid, mem_p, fits):
+@inline
+def find_best_prompt_instance(pools, counters, inst_f, inst_i, queue_len, cfg, prompt, mem_p, fits):
     """The least loaded machine of the prompt pool, else of the mixed pool, whose queue is not long; or -1."""
     for pool in (PROMPT_POOL, MIXED_POOL):
-        cand = least(sim, pool, BY_PENDING, mem_p, fits)
-        if cand >= 0 and not is_queue_long(sim, cand, sim.req_i[rid, PROMPT]):
+        cand = least(pools, counters, inst_f, inst_i, pool, BY_PENDING, mem_p, fits)
+        if cand >= 0 and not (queue_len[cand, PENDING] > 0
+                              and inst_i[cand, SCHED_PENDING] + prompt > cfg.prompt_max_pending_tokens):
             return cand
     return -1
 
 
-@njit
-def find_best_token_instance(sim, mem_p, mem_t, fits):
+@inline
+def find_best_token_instance(pools, counters, inst_f, inst_i, mem_p, mem_t, fits):
     """The machine of the token pool, else of the mixed pool, with the least memory scheduled, if the
     request's KV cache fits there; or -1."""
     for pool in (TOKEN_POOL, MIXED_POOL):
-        cand = least(sim, pool, BY_SCHED_MEM, mem_p + mem_t, fits)
-        if cand >= 0 and sim.inst_f[cand, SCHED_MEM] + mem_p + mem_t < sim.inst_f[cand, MAX_MEM]:
+        cand = least(pools, counters, inst_f, inst_i, pool, BY_SCHED_MEM, mem_p + mem_t, fits)
+        if cand >= 0 and inst_f[cand, SCHED_MEM] + mem_p + mem_t < inst_f[cand, MAX_MEM]:
             return cand
     return -1
 
 
-@njit
-def check_overload(sim, i):
+@inline
+def check_overload(req_f, queue, queue_len, counters, cfg, now, i):
     """Overloaded once the oldest prompt waiting on the machine a request is routed to has waited
     longer than ``overload_s``: the run stops."""
-    if sim.queue_len[i, PENDING_PROMPTS] and (
-            sim.clock[NOW] - sim.req_f[sim.queue[i, PENDING_PROMPTS, 0] >> 1, ARRIVAL] > sim.cfg.overload_s):
-        sim.counters[OVERLOADED] = 1
+    if queue_len[i, PENDING_PROMPTS] and now - req_f[queue[i, PENDING_PROMPTS, 0] >> 1, ARRIVAL] > cfg.overload_s:
+        counters[OVERLOADED] = 1
 
 
-@njit
-def chain(sim, rid, i, mem_p, mem_t, add_sched_mem):
-    """Both tasks of request ``rid`` on machine ``i``."""
-    sim.req_i[rid, SRC] = sim.req_i[rid, DST] = i
-    if add_sched_mem:
-        sim.inst_f[i, SCHED_MEM] += mem_p + mem_t
-    sim.task_mem[2 * rid] = mem_p
-    sim.task_mem[2 * rid + 1] = mem_t
-    push(sim, sim.clock[NOW], TASK_ARRIVAL, i, 2 * rid)
-    if sim.req_i[rid, OUTPUT] > 1:      # else the prompt makes the only token (see task_done)
-        push(sim, sim.clock[NOW], TASK_ARRIVAL, i, 2 * rid + 1)
-
-
-@njit
+@inline
 def least_instance(inst_i):
     """``min(instances, key=sched_pending)`` of a baseline."""
     best = 0
@@ -761,161 +741,168 @@ def least_instance(inst_i):
     return best
 
 
+@inline
+def reject(req_f, slos, slo_limit, slo_ref, counters, rid):
+    """A request no machine ever holds: never admitted (oom), and it breaks every SLO of the verdict."""
+    counters[OOM] = 1
+    for metric in (TTFT, TBT, E2E):
+        judge(slos, slo_limit, slo_ref, counters, metric, rid, math.inf)
+
+
 @njit
-def arrive(sim, rid):
-    cfg = sim.cfg
-    sim.counters[ARRIVED] += 1
-    mem_p = cfg.kv * (sim.req_i[rid, PROMPT] + 1)
-    mem_t = cfg.kv * (sim.req_i[rid, OUTPUT] - 1)
-    if mem_p + mem_t > cfg.largest_kv:   # no machine ever holds it: never admitted (oom)
-        sim.counters[OOM] = 1
-        for metric in (TTFT, TBT, E2E):  # and it breaks every SLO of the verdict: it never finishes
-            judge(sim, metric, rid, math.inf)
-        return
+def arrive(req_f, req_i, task_mem, inst_f, inst_i, queue, queue_len, pools, heap_f, heap_i, counters, cfg, now, rid):
+    """Request ``rid`` arrives: route its tasks (False: it can never be admitted)."""
+    counters[ARRIVED] += 1
+    mem_p = cfg.kv * (req_i[rid, PROMPT] + 1)
+    mem_t = cfg.kv * (req_i[rid, OUTPUT] - 1)
+    if mem_p + mem_t > cfg.largest_kv:   # no machine ever holds it
+        return False
+    alone = req_i[rid, OUTPUT] <= 1     # its prompt makes its only token: no token task, no transfer
     if cfg.baseline:
-        i = least_instance(sim.inst_i)
-        check_overload(sim, i)
-        sim.inst_i[i, SCHED_PENDING] += sim.req_i[rid, PROMPT] + (1 if sim.req_i[rid, OUTPUT] > 1 else 0)
-        chain(sim, rid, i, mem_p, mem_t, False)
-        return
-    route(sim, rid, mem_p, mem_t)
+        p = t = least_instance(inst_i)
+        check_overload(req_f, queue, queue_len, counters, cfg, now, p)
+        inst_i[p, SCHED_PENDING] += req_i[rid, PROMPT] + (0 if alone else 1)
+    else:
+        p, t = route(req_i, inst_f, inst_i, queue_len, pools, counters, cfg, rid, mem_p, mem_t)
+        check_overload(req_f, queue, queue_len, counters, cfg, now, p)
+        inst_i[p, SCHED_PENDING] += req_i[rid, PROMPT]
+        inst_i[t, SCHED_PENDING] += 0 if alone else 1
+    req_i[rid, SRC] = p
+    req_i[rid, DST] = t
+    task_mem[2 * rid] = mem_p
+    task_mem[2 * rid + 1] = mem_t
+    if p != t:
+        inst_f[p, SCHED_MEM] += mem_p
+        inst_f[t, SCHED_MEM] += mem_p + mem_t
+    elif not cfg.baseline:
+        inst_f[p, SCHED_MEM] += mem_p + mem_t
+    push(heap_f, heap_i, counters, now, TASK_ARRIVAL, p, 2 * rid)
+    if p == t and not alone:            # else the prompt makes the only token (see task_done)
+        push(heap_f, heap_i, counters, now, TASK_ARRIVAL, p, 2 * rid + 1)
+    return True
 
 
-@njit
-def route(sim, rid, mem_p, mem_t):
-    """A Splitwise request: its prompt machine and token machine, borrowing across pools if need be."""
-    cfg, inst_f, inst_i = sim.cfg, sim.inst_f, sim.inst_i
+@inline
+def route(req_i, inst_f, inst_i, queue_len, pools, counters, cfg, rid, mem_p, mem_t):
+    """A Splitwise request's prompt machine and token machine, borrowing across pools if need be."""
     # where machines differ in memory and some cannot hold this request, only those that can are candidates
     fits = mem_p + mem_t > cfg.smallest_kv
-    alone = sim.req_i[rid, OUTPUT] <= 1     # its prompt makes its only token: no token machine, no transfer
-    p = find_best_prompt_instance(sim, rid, mem_p, fits)
-    t = -1 if alone else find_best_token_instance(sim, mem_p, mem_t, fits)
+    alone = req_i[rid, OUTPUT] <= 1
+    p = find_best_prompt_instance(pools, counters, inst_f, inst_i, queue_len, cfg, req_i[rid, PROMPT], mem_p, fits)
+    t = -1 if alone else find_best_token_instance(pools, counters, inst_f, inst_i, mem_p, mem_t, fits)
     if cfg.mixed_pool:
-        if p < 0 and sim.counters[POOL_SIZE + TOKEN_POOL]:
-            p = least(sim, TOKEN_POOL, BY_PENDING, mem_p, fits)
+        if p < 0 and counters[POOL_SIZE + TOKEN_POOL]:
+            p = least(pools, counters, inst_f, inst_i, TOKEN_POOL, BY_PENDING, mem_p, fits)
             if p >= 0:
-                lend_to_mixed(sim, TOKEN_POOL, p)
-        if t < 0 and sim.counters[POOL_SIZE + PROMPT_POOL] and not alone:
-            t = least(sim, PROMPT_POOL, BY_SCHED_MEM, mem_p + mem_t, fits)
+                lend_to_mixed(pools, counters, inst_i, TOKEN_POOL, p)
+        if t < 0 and counters[POOL_SIZE + PROMPT_POOL] and not alone:
+            t = least(pools, counters, inst_f, inst_i, PROMPT_POOL, BY_SCHED_MEM, mem_p + mem_t, fits)
             if t >= 0:
-                lend_to_mixed(sim, PROMPT_POOL, t)
+                lend_to_mixed(pools, counters, inst_i, PROMPT_POOL, t)
     if alone and p >= 0:
         t = p
     if p < 0 or t < 0:
-        if cfg.mixed_pool:
-            p = least_of_every(sim, BY_PENDING, mem_p + mem_t, fits)
-            if p < 0:
-                p = least_of_every(sim, BY_PENDING, 0.0, False)
+        if cfg.mixed_pool:   # the least loaded machine of any pool that holds it, else of any pool
+            need = mem_p + mem_t
+            for _ in range(2):
+                p = least_of_every(pools, counters, inst_f, inst_i, need, fits)
+                if p >= 0:
+                    break
+                need, fits = 0.0, False
             t = p
         else:   # strict pools: queue on the least loaded machine of each pool
             if p < 0:
-                p = least(sim, PROMPT_POOL, BY_PENDING, 0.0, False)
+                p = least(pools, counters, inst_f, inst_i, PROMPT_POOL, BY_PENDING, 0.0, False)
             if t < 0:
-                t = least(sim, TOKEN_POOL, BY_SCHED_MEM, 0.0, False)
-    check_overload(sim, p)
-    inst_i[p, SCHED_PENDING] += sim.req_i[rid, PROMPT]
-    inst_i[t, SCHED_PENDING] += 0 if alone else 1
-    if p == t:
-        chain(sim, rid, p, mem_p, mem_t, True)
-        return
-    sim.req_i[rid, SRC] = p
-    sim.req_i[rid, DST] = t
-    inst_f[p, SCHED_MEM] += mem_p
-    inst_f[t, SCHED_MEM] += mem_p + mem_t
-    sim.task_mem[2 * rid] = mem_p
-    sim.task_mem[2 * rid + 1] = mem_t
-    push(sim, sim.clock[NOW], TASK_ARRIVAL, p, 2 * rid)
+                t = least(pools, counters, inst_f, inst_i, TOKEN_POOL, BY_SCHED_MEM, 0.0, False)
+    return p, t
 
 
 # -- the cluster: tasks and transfers end ------------------------------------------------------------------
 
 
-@njit
-def judge(sim, metric, rid, value):
+@inline
+def judge(slos, slo_limit, slo_ref, counters, metric, rid, value):
     """Count a final latency against the verdict's SLOs of ``metric``: once as many finished requests
     break one as make its percentile break it whatever the others do, the design has failed."""
-    slos = sim.slos
     for k in range(slos.shape[0]):
         if slos[k, SLO_METRIC] != metric:
             continue
-        x = value / sim.slo_ref[k, rid] if slos[k, HAS_REF] else value
-        if x >= sim.slo_limit[k]:
+        x = value / slo_ref[k, rid] if slos[k, HAS_REF] else value
+        if x >= slo_limit[k]:
             slos[k, BROKEN] += 1
             if slos[k, BROKEN] >= slos[k, NEED]:
-                sim.counters[FAILED] = 1
+                counters[FAILED] = 1
 
 
-@njit
-def finish(sim, rid):
+@inline
+def finish(req_f, req_i, slos, slo_limit, slo_ref, counters, now, rid):
     """Request ``rid`` has its last token now: its E2E (and TBT) are final."""
-    e2e = sim.clock[NOW] - sim.req_f[rid, ARRIVAL]
-    sim.req_f[rid, REQ_E2E] = e2e
-    if sim.slos.shape[0]:
-        judge(sim, E2E, rid, e2e)
-        judge(sim, TBT, rid, (e2e - sim.req_f[rid, REQ_TTFT]) / sim.req_i[rid, OUTPUT])
+    e2e = now - req_f[rid, ARRIVAL]
+    req_f[rid, REQ_E2E] = e2e
+    if slos.shape[0]:
+        judge(slos, slo_limit, slo_ref, counters, E2E, rid, e2e)
+        judge(slos, slo_limit, slo_ref, counters, TBT, rid, (e2e - req_f[rid, REQ_TTFT]) / req_i[rid, OUTPUT])
 
 
-@njit
-def task_done(sim, t, i):
-    req_f, req_i, now = sim.req_f, sim.req_i, sim.clock[NOW]
+@inline
+def free(inst_f, i, amount):
+    inst_f[i, MEM] -= amount
+    inst_f[i, SCHED_MEM] -= amount
+
+
+@inline
+def task_done(req_f, req_i, inst_f, inst_i, heap_f, heap_i, counters, slos, slo_limit, slo_ref, now, t, i):
     rid = t >> 1
     if is_prompt(t):
-        sim.inst_i[i, SCHED_PENDING] -= req_i[rid, PROMPT]
+        inst_i[i, SCHED_PENDING] -= req_i[rid, PROMPT]
         ttft = now - req_f[rid, ARRIVAL]
         req_f[rid, REQ_TTFT] = ttft
-        if sim.slos.shape[0]:
-            judge(sim, TTFT, rid, ttft)
+        if slos.shape[0]:
+            judge(slos, slo_limit, slo_ref, counters, TTFT, rid, ttft)
         if req_i[rid, OUTPUT] <= 1:   # done: routed to this machine alone, with no token task (see arrive)
-            finish(sim, rid)
-            free(sim.inst_f, i, req_f[rid, MEMORY])
+            finish(req_f, req_i, slos, slo_limit, slo_ref, counters, now, rid)
+            free(inst_f, i, req_f[rid, MEMORY])
             req_f[rid, MEMORY] = 0.0
             return
         if req_i[rid, DST] != i:
-            push(sim, now, FLOW_ARRIVAL, rid, 0)
+            push(heap_f, heap_i, counters, now, FLOW_ARRIVAL, rid, 0)
     else:
-        sim.inst_i[i, SCHED_PENDING] -= 1
-        free(sim.inst_f, i, req_f[rid, MEMORY])
+        inst_i[i, SCHED_PENDING] -= 1
+        free(inst_f, i, req_f[rid, MEMORY])
         req_f[rid, MEMORY] = 0.0
-        finish(sim, rid)
+        finish(req_f, req_i, slos, slo_limit, slo_ref, counters, now, rid)
 
 
 @njit
-def flow_arrival(sim, rid):
-    cfg, inst_f, counters, now = sim.cfg, sim.inst_f, sim.counters, sim.clock[NOW]
-    d = sim.req_i[rid, DST]
-    memory = sim.req_f[rid, MEMORY]
+def flow_arrival(req_f, req_i, inst_f, heap_f, heap_i, counters, cfg, now, progress_at, rid):
+    d = req_i[rid, DST]
+    memory = req_f[rid, MEMORY]
     if inst_f[d, MEM] + memory <= inst_f[d, MAX_MEM]:
         inst_f[d, MEM] += memory
-        size = cfg.kv * sim.req_i[rid, PROMPT]
-        push(sim, now + size / cfg.bandwidth, FLOW_DONE, rid, 0)
+        size = cfg.kv * req_i[rid, PROMPT]
+        push(heap_f, heap_i, counters, now + size / cfg.bandwidth, FLOW_DONE, rid, 0)
     else:   # it waits, as in the reference (not an overflow: see DEADLOCKED)
         counters[RETRIES] += 1
-        push(sim, now + cfg.flow_retry_s, FLOW_RETRY, rid, 0)
-        if events_left(sim) == counters[RETRIES] and now - sim.clock[PROGRESS_AT] > cfg.flow_retry_s:
+        push(heap_f, heap_i, counters, now + cfg.flow_retry_s, FLOW_RETRY, rid, 0)
+        if events_left(req_i, counters) == counters[RETRIES] and now - progress_at > cfg.flow_retry_s:
             # every pending event is a transfer retrying for memory, each failed since anything else
             # happened: nothing will free memory again, so the waiting requests never finish
             counters[DEADLOCKED] = 1
             counters[OOM] = 1
 
 
-@njit
-def flow_retry(sim, rid):
-    sim.counters[RETRIES] -= 1
-    flow_arrival(sim, rid)
-
-
-@njit
-def flow_done(sim, rid):
-    src = sim.req_i[rid, SRC]
-    free(sim.inst_f, src, sim.req_f[rid, MEMORY])
-    push(sim, sim.clock[NOW], TASK_ARRIVAL, sim.req_i[rid, DST], 2 * rid + 1)
-    notify_flow_completion(sim, src)
+@inline
+def flow_done(req_f, req_i, inst_f, heap_f, heap_i, counters, now, rid):
+    """The KV cache of request ``rid`` has moved: its prompt machine frees it (see notify_flow_completion)."""
+    free(inst_f, req_i[rid, SRC], req_f[rid, MEMORY])
+    push(heap_f, heap_i, counters, now, TASK_ARRIVAL, req_i[rid, DST], 2 * rid + 1)
 
 
 # -- the event loop ---------------------------------------------------------------------------------------
 
 
-@njit
+@inline
 def needs_room(queue, heap_f, heap_i, inst_i, counters, arrival_next):
     """Whether the next event may overflow a machine's lists or the heap: the caller grows them first."""
     capacity = queue.shape[2]
@@ -927,13 +914,14 @@ def needs_room(queue, heap_f, heap_i, inst_i, counters, arrival_next):
 
 
 @njit
-def run_events(sim, chunk):
+def run_events(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, pools, heap_f, heap_i, clock,
+               counters, curves, slos, slo_limit, slo_ref, cfg, chunk):
     """Handle events until the run ends (END), ``chunk`` more events are done (CHUNK: the count is a
-    multiple of ``chunk``), or the next event needs more room (GROW)."""
-    counters, req_f, req_i, heap_f, heap_i = sim.counters, sim.req_f, sim.req_i, sim.heap_f, sim.heap_i
-    while events_left(sim) and not counters[OVERLOADED] and not counters[DEADLOCKED] and not counters[FAILED]:
+    multiple of ``chunk``), or the next event needs more room (GROW). A step that touches a machine
+    last asks to START its next iteration or PAUSE its run of decodes: done here, the step's last act."""
+    while events_left(req_i, counters) and not counters[OVERLOADED] and not counters[DEADLOCKED] and not counters[FAILED]:
         arrival_next = next_is_arrival(req_f, req_i, heap_f, counters)
-        if needs_room(sim.queue, heap_f, heap_i, sim.inst_i, counters, arrival_next):
+        if needs_room(queue, heap_f, heap_i, inst_i, counters, arrival_next):
             return GROW
         if arrival_next:
             kind, a, b = ARRIVE, req_i[counters[NEXT_ARRIVAL], ORDER], 0
@@ -942,23 +930,34 @@ def run_events(sim, chunk):
         else:
             t, kind, a, b = heap_f[0], heap_i[0, KIND], heap_i[0, EV_A], heap_i[0, EV_B]
             pop(heap_f, heap_i, counters)
-        if t > sim.cfg.limit:
+        if t > cfg.limit:
             return END
-        sim.clock[NOW] = t
+        clock[NOW] = t
         if kind != FLOW_RETRY:
-            sim.clock[PROGRESS_AT] = t
+            clock[PROGRESS_AT] = t
+        action, i = NOTHING, a
         if kind == ARRIVE:          # the event
-            arrive(sim, a)
+            if not arrive(req_f, req_i, task_mem, inst_f, inst_i, queue, queue_len, pools, heap_f, heap_i, counters,
+                          cfg, t, a):
+                reject(req_f, slos, slo_limit, slo_ref, counters, a)
         elif kind == TASK_ARRIVAL:
-            task_arrival(sim, a, b)
+            action = task_arrival(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, cfg, a, b)
         elif kind == COMPLETE:
-            complete_iteration(sim, a, b)
-        elif kind == FLOW_ARRIVAL:
-            flow_arrival(sim, a)
-        elif kind == FLOW_RETRY:
-            flow_retry(sim, a)
+            action = complete_iteration(req_f, req_i, task_i, inst_f, inst_i, queue, queue_len, scratch, heap_f, heap_i,
+                                        counters, slos, slo_limit, slo_ref, t, a, b)
+        elif kind == FLOW_ARRIVAL or kind == FLOW_RETRY:
+            if kind == FLOW_RETRY:
+                counters[RETRIES] -= 1
+            flow_arrival(req_f, req_i, inst_f, heap_f, heap_i, counters, cfg, t, clock[PROGRESS_AT], a)
         else:
-            flow_done(sim, a)
+            flow_done(req_f, req_i, inst_f, heap_f, heap_i, counters, t, a)
+            i = req_i[a, SRC]
+            action = notify_flow_completion(task_mem, inst_f, inst_i, queue, queue_len, cfg, i)
+        if action == START:
+            start_iteration(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, pools, heap_f,
+                            heap_i, counters, curves, cfg, t, i)
+        elif action == PAUSE:
+            pause(inst_f, inst_i, queue, queue_len, heap_f, heap_i, counters, t, i)
         counters[EVENTS] += 1
         if counters[EVENTS] % chunk == 0:
             return CHUNK

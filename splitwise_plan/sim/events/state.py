@@ -2,8 +2,9 @@
 
 Everything the reference keeps in objects lives here in a few numpy arrays of float64 and int64, one
 row per request, task or machine and one named column per attribute (``sim.inst_f[i, MEM]``,
-``sim.req_f[rid, ARRIVAL]``): few arrays, because a compiled step counts a reference to each array it
-is handed, and the steps run millions of times.
+``sim.req_f[rid, ARRIVAL]``). :class:`Sim` bundles them for Python; the kernel takes them as separate
+arguments, in the order of its fields (``run_events(*sim, chunk)``), and each compiled step only those it
+reads.
 
 - requests by id (``req_f``, ``req_i``), and their tasks by task id (``task_i``, ``task_mem``): request
   ``rid`` has the prompt task ``2 * rid`` and the token task ``2 * rid + 1``;
@@ -84,6 +85,8 @@ class Config(NamedTuple):
 
 
 class Sim(NamedTuple):
+    """The state; its fields in the order of :func:`.kernels.run_events`' arguments."""
+
     req_f: np.ndarray        # [rid, ARRIVAL | MEMORY | REQ_TTFT | REQ_E2E]
     req_i: np.ndarray        # [rid, PROMPT | OUTPUT | SRC | DST | REQ_STAMP | ORDER]
     task_mem: np.ndarray     # [task]: KV-cache bytes the task adds
