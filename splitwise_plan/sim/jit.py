@@ -9,6 +9,7 @@ written in: the same answers, slower (without numba, one line on stderr says so)
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 from pathlib import Path
@@ -80,8 +81,8 @@ def before_first_call(kernel, what: str) -> None:
     if numba is None:
         say_once("warning: numba is not installed: the simulators run as plain Python (same answers, slower)")
         return
-    if not compiled(kernel) or kernel.signatures:
-        return
+    if not compiled(kernel) or kernel.signatures or multiprocessing.parent_process() is not None:
+        return   # (a worker process says nothing: the run's own process speaks for it)
     cache = getattr(kernel, "_cache", None)
     index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
     if CACHED and index is not None and os.path.exists(index):

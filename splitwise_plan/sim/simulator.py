@@ -422,6 +422,18 @@ class Simulator:
         ``n_prompt`` machines, ``n_token`` 0)."""
         return self.run_many(design, [(n_prompt, n_token)], method=method)[0]
 
+    def compile_events(self, designs) -> None:
+        """Compile the event simulator's kernels here (or load them from the cache) before worker
+        processes start, on the first of ``designs`` these inputs can build: the workers then load them."""
+        from splitwise_plan.sim.events.engine import compile_ahead
+        for design in designs:
+            try:
+                cluster = self.cluster(design, 1, 0 if get_design(design).is_baseline else 1)
+            except SplitwisePlanError:   # a design these machines cannot hold: the next one
+                continue
+            compile_ahead(cluster)
+            return
+
     def run_requests(self, design: str | Design, n_prompt: int, n_token: int = 0,
                      method: str | None = None, on_arrivals=None) -> tuple[SimulationResult, dict]:
         """Simulate one design point: its result and, from the same run, each request's latencies.

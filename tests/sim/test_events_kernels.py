@@ -54,3 +54,21 @@ def test_the_kernel_takes_the_state_in_the_order_of_its_fields():
     from splitwise_plan.sim.events.kernels import run_events
     params = list(inspect.signature(getattr(run_events, "py_func", run_events)).parameters)
     assert params == [*state.Sim._fields, "chunk"]
+
+
+def test_the_kernels_are_compiled_ahead_on_the_first_design_the_machines_can_hold(tmp_path):
+    """Before worker processes start, the run's own process compiles (or loads) the kernels, skipping a
+    design its machines cannot hold; compiled or not, a run afterwards gives the same answers."""
+    import dataclasses
+
+    from splitwise_plan.inputs.machines import BUILTIN_MACHINES
+    from splitwise_plan.sim.events.kernels import run_events
+    from splitwise_plan.sim.jit import compiled
+
+    cluster, stream = _point("HH", 6, 2)
+    before = simulate_events(cluster, stream)
+    small = {**BUILTIN_MACHINES, "dgx-a100": dataclasses.replace(BUILTIN_MACHINES["dgx-a100"], gpus=4)}
+    sim = Simulator(stream, method="events", machines=small)
+    sim.compile_events(["AA", "HH"])   # AA's machines hold no instance at TP8: HH compiles them
+    assert not compiled(run_events) or run_events.signatures
+    _same(simulate_events(cluster, stream), before)

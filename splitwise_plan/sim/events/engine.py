@@ -43,6 +43,16 @@ class RequestTimes:
     failed: bool = False       # stopped: finished requests already break an SLO of the verdict; the rest unfinished
 
 
+def compile_ahead(cluster: Cluster) -> None:
+    """Compile the kernels in this process, or load them from the cache, on one request through
+    ``cluster``: worker processes started afterwards load them, instead of each compiling them at once."""
+    if getattr(run_events, "signatures", None):   # compiled (or loaded) already, or running as plain Python
+        return
+    from splitwise_plan.inputs.workloads import RequestStream
+    simulate_events(cluster, RequestStream(np.zeros(1), np.ones(1, dtype=np.int64), np.full(1, 2, dtype=np.int64),
+                                           name="compile"))
+
+
 def simulate_events(cluster: Cluster, stream: RequestStream, until: float | None = None,
                     overload_s: float = float("inf"), on_arrivals=None, verdict: Verdict | None = None) -> RequestTimes:
     """Run the discrete-event simulation of ``cluster`` on ``stream`` to the end (or ``until``), or
