@@ -96,7 +96,7 @@ class PlanRequest:
     slos: str | SLOSet | None = default("slos")
     machines_file: str | dict | None = default("machines_file")   # or the catalog itself: {name: Machine}, complete
     profiles: str | ProfileSet | None = default("profiles")
-    designs: tuple[str, ...] = ALL_DESIGNS   # (the command line's default, spelled short, names the same six)
+    designs: tuple[str, ...] = default("designs")   # a comma list or a sequence; made a tuple of names
     duration: float = default("duration")
     seed: int = default("seed")
     seeds: int = default("seeds")

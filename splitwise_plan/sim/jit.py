@@ -44,10 +44,14 @@ def caching() -> bool:
 
 def _configure() -> bool:
     """Point numba's cache at a writable folder; whether kernels are cached at all."""
-    if numba is None or not caching():
+    if numba is None:
         return False
+    if os.access(PACKAGE_DIR, os.W_OK):   # numba's own place, beside the package
+        return True
     folder = cache_dir()
-    if folder is not None and not os.environ.get("NUMBA_CACHE_DIR"):
+    if folder is None:
+        return False
+    if not os.environ.get("NUMBA_CACHE_DIR"):
         numba.config.CACHE_DIR = str(folder)
     return True
 

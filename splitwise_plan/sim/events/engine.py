@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from splitwise_plan.sim import jit
 from splitwise_plan.sim.cluster import Cluster
 from splitwise_plan.sim.events import state
 from splitwise_plan.sim.events.kernels import run_events
-from splitwise_plan.sim.jit import before_first_call
 from splitwise_plan.sim.metrics import Verdict
 
 if TYPE_CHECKING:
@@ -45,8 +45,10 @@ class RequestTimes:
 
 def compile_ahead(cluster: Cluster) -> None:
     """Compile the kernels in this process, or load them from the cache, on one request through
-    ``cluster``: worker processes started afterwards load them, instead of each compiling them at once."""
-    if getattr(run_events, "signatures", None):   # compiled (or loaded) already, or running as plain Python
+    ``cluster``: worker processes started afterwards load them, instead of each compiling them at once.
+    Nothing to do where the kernels are not kept between processes (no writable cache: each compiles its own),
+    or are compiled here already, or run as plain Python."""
+    if not jit.CACHED or not getattr(run_events, "py_func", None) or run_events.signatures:
         return
     from splitwise_plan.inputs.workloads import RequestStream
     simulate_events(cluster, RequestStream(np.zeros(1), np.ones(1, dtype=np.int64), np.full(1, 2, dtype=np.int64),
@@ -61,7 +63,7 @@ def simulate_events(cluster: Cluster, stream: RequestStream, until: float | None
     and a design that holds its SLOs runs to the end). ``on_arrivals(n)``, if given, hears now and
     then how many requests have arrived (for a progress bar)."""
     sim = state.build(cluster, stream, until, overload_s, verdict)
-    before_first_call(run_events, "the event simulator")
+    jit.before_first_call(run_events, "the event simulator")
     while True:
         status = run_events(*sim, _PROGRESS_EVERY)
         if status == state.GROW:
