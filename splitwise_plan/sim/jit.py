@@ -92,3 +92,28 @@ def before_first_call(kernel, what: str) -> None:
     if CACHED and index is not None and os.path.exists(index):
         return
     say_once(f"compiling {what} (first run after install only; up to half a minute)")
+
+
+def unowned(array):
+    """``array`` as a compiled kernel hands it to its steps: plain Python, ``array`` itself; compiled, a view
+    of it whose references numba does not count. A compiled call counts (atomically) a reference to every
+    array it is handed, on entry and again on exit, which took half the time of a simulator's run; a view
+    without a count (a null meminfo) makes that a test. Safe while the caller holds ``array``: a kernel
+    takes views of its arguments, which its Python caller holds throughout, and keeps none beyond the run."""
+    return array
+
+
+if numba is not None and not numba.config.DISABLE_JIT:
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def unowned(typingctx, array):   # noqa: F811 (compiled: the same array, its meminfo null)
+        if not isinstance(array, types.Array):
+            return None
+
+        def codegen(context, builder, signature, args):
+            view = context.make_array(signature.args[0])(context, builder, value=args[0])
+            view.meminfo = cgutils.get_null_value(view.meminfo.type)
+            return view._getvalue()
+        return array(array), codegen

@@ -10,8 +10,9 @@ A machine's lists are rows of ``queue`` with a length: appended to, deleted from
 as the reference's Python lists are (``insert``, ``remove`` of the first match, ``insort``), so their
 order is the reference's.
 
-Each step takes only the arrays it reads, one argument each (a compiled call counts a reference to every
-array it is handed, and a bundle of them costs that for all of them). The call tree is flat: a step that
+Each step takes only the arrays it reads, one argument each: :func:`run_events` hands them views whose
+references numba does not count (:func:`splitwise_plan.sim.jit.unowned`; a compiled call would count one for every array it is
+handed, and a bundle of them costs that for all of them). The call tree is flat: a step that
 would end by starting or pausing a machine returns START or PAUSE instead and :func:`run_events` does it,
 the step's last act as in the reference. Small helpers are ``@inline``: numba inlines them into each
 compiled step rather than compiling them on their own once per caller's argument types (constant
@@ -113,7 +114,7 @@ from splitwise_plan.sim.events.state import (
     XS,
     YS,
 )
-from splitwise_plan.sim.jit import njit
+from splitwise_plan.sim.jit import njit, unowned
 
 
 def inline(fn):
@@ -122,6 +123,7 @@ def inline(fn):
     if jit.numba is None:
         return fn
     return jit.numba.njit(inline="always", cache=jit.CACHED)(fn)
+
 
 BY_PENDING, BY_SCHED_MEM = 0, 1   # the routers' keys: sched_pending, sched_mem
 NOTHING, START, PAUSE = range(3)  # what a step asks of the machine it touched, done last (see run_events)
@@ -919,6 +921,12 @@ def run_events(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len,
     """Handle events until the run ends (END), ``chunk`` more events are done (CHUNK: the count is a
     multiple of ``chunk``), or the next event needs more room (GROW). A step that touches a machine
     last asks to START its next iteration or PAUSE its run of decodes: done here, the step's last act."""
+    # the steps take views whose references are not counted (see unowned): this call's caller holds the arrays
+    req_f, req_i, task_mem, task_i = unowned(req_f), unowned(req_i), unowned(task_mem), unowned(task_i)
+    inst_f, inst_i, queue, queue_len = unowned(inst_f), unowned(inst_i), unowned(queue), unowned(queue_len)
+    scratch, pools, heap_f, heap_i = unowned(scratch), unowned(pools), unowned(heap_f), unowned(heap_i)
+    clock, counters, curves = unowned(clock), unowned(counters), unowned(curves)
+    slos, slo_limit, slo_ref = unowned(slos), unowned(slo_limit), unowned(slo_ref)
     while events_left(req_i, counters) and not counters[OVERLOADED] and not counters[DEADLOCKED] and not counters[FAILED]:
         arrival_next = next_is_arrival(req_f, req_i, heap_f, counters)
         if needs_room(queue, heap_f, heap_i, inst_i, counters, arrival_next):
