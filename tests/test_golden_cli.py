@@ -1,8 +1,9 @@
-"""The command line's answers are those of the code before the package was reorganised (issue 42).
+"""The command line's answers are the golden ones of ``tests/golden/`` (see its README).
 
-``tests/golden/`` holds reports written by the flat package at commit 0134b96 (see its README). Each
-command runs again here and must write the same report to the last digit, apart from what a run
-cannot repeat: ``created_utc`` and the ``seconds`` a step took.
+The events reports were written by the flat package at commit 0134b96 (before the reorganisation of
+issue 42); the fluid model's by the compiled fluid model (issue 43). Each command runs again here and
+must write the same report to the last digit, apart from what a run cannot repeat: ``created_utc`` and
+the ``seconds`` a step took.
 """
 
 from __future__ import annotations

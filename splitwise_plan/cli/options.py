@@ -93,14 +93,14 @@ def opt_profiles():
 
 def opt_method(default: str):
     """``--method``: commands that simulate one design point at a time default to the discrete-event
-    simulation (the reference's rules, under a second for 2 minutes at 70 req/s), a grid to ``auto``:
-    the fluid model (a batch of designs per pass) where it reads the design reliably."""
+    simulation (the reference's rules, tens of milliseconds for 2 minutes at 70 req/s), a grid to ``auto``:
+    the fluid model where it reads the design reliably."""
     auto = default == AUTO
     return typer.Option(default, "--method", metavar="events|fluid" + "|auto" * auto, rich_help_panel=ADV,
                         help="Simulator: events (discrete-event, the reference simulator's rules one event at a "
-                             "time) or fluid (the vectorized queue model: fast in batches, within a few % of "
+                             "time) or fluid (each machine's decode iterations as a fluid: faster, within a few % of "
                              "events)" + (", or auto: fluid, but events where a token instance holds few requests' "
-                                           "KV caches (there the fluid model can read the SLOs 2-3x)" if auto else "")
+                                           "KV caches (there the fluid model can misread the SLOs by half again)" if auto else "")
                              + f". Default here: {default}.")
 
 

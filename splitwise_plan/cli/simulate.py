@@ -173,7 +173,7 @@ def simulate_cmd(
 def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool = False,
              label: str = "sweep", jobs: int = 1, on_results=None) -> list:
     """Evaluate design points with ``run_many`` (over ``jobs`` processes), with a progress bar
-    that moves as each fluid pass, oracle run or worker's part is done (``on_results`` gets its results)."""
+    that moves as each part of fluid runs, oracle run or worker's part is done (``on_results`` gets its results)."""
     with progress(len(points), f"{label} {design.name} ({sim.method})", quiet=quiet) as bar:
         return sim.run_many(design, points, jobs=max(1, jobs), progress=bar.advance, on_results=on_results)
 

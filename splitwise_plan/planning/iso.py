@@ -206,16 +206,18 @@ def _too_big(sim: Simulator, d: Design) -> str:
 # point the search failed by less than this much may well hold
 _FLUID_SLACK = 1.3
 # Where a token instance holds few requests' KV caches (simulator.FEW_CACHES), the fluid model can read
-# 2-3x the oracle's, and a cheaper design that holds would stay hidden (Llama2-70B at TP2, 60 s at 70 req/s
+# 1.5x the oracle's or fail to finish, and a cheaper design that holds would stay hidden (Llama2-70B at TP2, 60 s at 70 req/s
 # of coding: the search answers Splitwise-HA 8+6 and fails 7+6, which the oracle holds). There a descent
-# also confirms the neighbours the search failed by more, until _FAR_TRIES of them have failed (elsewhere
-# such neighbours fail in the oracle too: they would only cost time)
+# also confirms the neighbours the search failed by more, until _FAR_TRIES of them have failed; elsewhere
+# until _NEAR_TRIES have: the search stops a failing point early, and a knife edge it fails may hold in the
+# oracle (Splitwise-AA 55+6 at 70 req/s of coding: 1.03 against 0.997), and an oracle run costs ~40 ms
 _FAR_TRIES = 4
+_NEAR_TRIES = 2
 
 
 def _far_tries(sim: Simulator, d: Design) -> int:
-    """Oracle runs a descent of ``d`` may lose on neighbours the search failed far off (see _FAR_TRIES)."""
-    return _FAR_TRIES if sim.caches_per_token_instance(d) < FEW_CACHES else 0
+    """Oracle runs a descent of ``d`` may lose on neighbours the search failed (see _FAR_TRIES)."""
+    return _FAR_TRIES if sim.caches_per_token_instance(d) < FEW_CACHES else _NEAR_TRIES
 
 
 def _descend(confirm, design: str, pt, worst, key, space: Space, known_fail, rate, searched: dict,

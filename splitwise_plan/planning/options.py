@@ -47,7 +47,7 @@ PLAN_OPTIONS: dict[str, Option] = {
     "jobs": Option(0, "Parallel workers (0: all cores)."),
     "tp": Option(8, "Tensor parallelism of the model on a machine."),
     "strategy": Option("frontier", "Search: frontier, optuna or exhaustive."),
-    "search_method": Option("auto", "Search simulator: fluid (the vectorized model, many designs a pass), events, "
+    "search_method": Option("auto", "Search simulator: fluid (the fast model), events, "
                                     "or auto (fluid where it is installed, else events)."),
     "confirm_method": Option("events", "Confirming simulator: events or fluid."),
     "margin": Option(0.0, "Hold every SLO with this margin: the tightest SLO's value/limit below 1 - margin, in the "

@@ -208,9 +208,9 @@ def _run(inputs: Inputs, req: PlanRequest, order: list, method: str, collect) ->
     else in parallel processes (``req.jobs``), else one after another."""
     jobs = req.jobs if req.jobs > 0 else cpu_cores()
     jobs = min(jobs, len(order))
-    if jobs > 1 and "events" in (method, req.confirm_method):   # compiled once, here, not in each worker
+    if jobs > 1:   # the kernels compiled once, here, not in each worker
         stream = inputs.trace if inputs.trace is not None else inputs.workload.generate(10.0, duration_s=10.0, seed=0)
-        inputs.simulator(stream, "events").compile_events(order)
+        inputs.simulator(stream, "events").compile_kernels(order, {method, req.confirm_method})
     if method == "fluid" and req.goal != "max-throughput" and req.storage is None:
         _run_groups(inputs, req, order, method, jobs, collect)
     elif jobs > 1:

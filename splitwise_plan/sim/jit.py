@@ -87,11 +87,16 @@ def before_first_call(kernel, what: str) -> None:
         return
     if not compiled(kernel) or kernel.signatures or multiprocessing.parent_process() is not None:
         return   # (a worker process says nothing: the run's own process speaks for it)
-    cache = getattr(kernel, "_cache", None)
-    index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
-    if CACHED and index is not None and os.path.exists(index):
+    if in_cache(kernel):
         return
     say_once(f"compiling {what} (first run after install only; up to half a minute)")
+
+
+def in_cache(kernel) -> bool:
+    """Whether numba's cache holds ``kernel`` compiled (a run loads it in a fraction of a second)."""
+    cache = getattr(kernel, "_cache", None)
+    index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+    return CACHED and index is not None and os.path.exists(index)
 
 
 def unowned(array):

@@ -3,8 +3,8 @@
 ``Simulator`` binds the inputs (stream, model, profiles, machines, SLOs) once and
 evaluates designs with one of two methods:
 
-- ``"fluid"``: the vectorized fluid-queue simulator (:mod:`splitwise_plan.sim.fluid`), fast, many designs per call;
-- ``"events"``: the discrete-event simulator (:mod:`splitwise_plan.sim.events`, also called the oracle), slow and literal.
+- ``"fluid"``: the fluid model (:mod:`splitwise_plan.sim.fluid`), fast: each machine's batches as a fluid;
+- ``"events"``: the discrete-event simulator (:mod:`splitwise_plan.sim.events`, also called the oracle), literal.
 """
 
 from __future__ import annotations
@@ -33,15 +33,14 @@ from splitwise_plan.sim.metrics import PERCENTILES, Verdict, percentiles, reques
 from splitwise_plan.sim.records import from_json, to_json
 
 METHODS = ("fluid", "events")
-_WORKER_MEMORY = 200 * 2**20      # bytes a worker process takes besides its fluid pass (Python, numpy, the stream)
+_WORKER_MEMORY = 250 * 2**20      # bytes a worker process takes (Python, numpy, the stream, a design's run)
 _WORKER_START_S = 0.4             # seconds to start a worker: a run shorter than a few of these stays in-process
-_FLUID_S_PER_REQUEST = 0.8e-6     # CPU seconds a fluid pass spends per request and design, beyond its shared cost
-_FLUID_BASELINE_S_PER_REQUEST = 3e-6   # and on a baseline, whose decodes it tracks machine by machine (2026-12-03,
-                                       # 70 req/s of coding: 2.4-5.2 us over the Baseline-A100 and -H100 lines)
+_FLUID_S_PER_REQUEST = 2e-6       # CPU seconds the fluid model spends per request and design (70 req/s of coding)
+_FLUID_PART = 16                  # designs the fluid model runs between two progress reports
 # Where a token instance holds fewer than this many of the stream's mean requests' KV caches (Llama2-70B at
 # TP2: about 7 of coding, 10 of conversation; every other shipped model, TP and workload: 38 or more), decodes
 # spill onto borrowed prompt machines and the fluid model's borrowing can run away: it can read a Splitwise
-# design's SLOs 2-3x the discrete-event oracle's (README, "Known limits of the fluid model")
+# design's SLOs by half again or more (docs/simulators.md, "Known limits of the fluid model")
 FEW_CACHES = 20
 # Where a stream's busiest 10 s arrive at this many times its mean rate or more (RequestStream.burst: the
 # audit's bursty streams read 2.4-9.0x; its Poisson ones, 10-200 req/s, peak at 1.04-1.27x, which it reads as
@@ -51,9 +50,9 @@ BURST = 2.0
 
 
 def fluid_available() -> bool:
-    """True when the fast fluid simulator (``splitwise_plan.sim.fluid.model``) is importable."""
+    """True when the fast fluid simulator (``splitwise_plan.sim.fluid``) is importable."""
     try:
-        from splitwise_plan.sim.fluid import model as fluid  # noqa: F401
+        from splitwise_plan.sim.fluid import flow as fluid  # noqa: F401
     except ImportError:
         return False
     return True
@@ -231,15 +230,6 @@ def _check_method(method) -> str:
     return method.lower()
 
 
-def _pass_order(clusters, stop_early: bool) -> list[int]:
-    """The order in which the fluid model's passes take ``clusters`` (indices). Run to the end,
-    narrowest first (fewest model instances; stable): a pass's arrays are as wide as its widest
-    design, so passes of alike width cost less (the 39x39 grid: 0.89x). Stopping early, as given:
-    neighbours in a grid stop alike, and a pass whose designs have all stopped ends (sorted: 1.09x)."""
-    order = list(range(len(clusters)))
-    return order if stop_early else sorted(order, key=lambda i: clusters[i].n_instances)
-
-
 def _share(parts: list, run_here, submit, procs: int, report) -> None:
     """Run ``parts`` in this process and ``procs - 1`` worker processes, and ``report(part, results)`` here as
     each is done.
@@ -276,15 +266,20 @@ def _share(parts: list, run_here, submit, procs: int, report) -> None:
                 collect(wait=False)
         collect(wait=True)
     except BaseException:
-        for part, job in theirs:   # keep what the workers have finished
-            if job.done() and not job.cancelled() and job.exception() is None:
-                report(part, job.result())
-            else:
-                job.cancel()
+        finished = []
         try:
-            executor.shutdown(wait=False, kill_workers=True)
-        except Exception:   # (workers a stop signal has ended already)
-            pass
+            for part, job in theirs:   # what the workers have finished is kept
+                if job.done() and not job.cancelled() and job.exception() is None:
+                    finished.append((part, job.result()))
+                else:
+                    job.cancel()
+        finally:   # the workers end first: a second stop (Ctrl-C twice) while the results are kept ends none late
+            try:
+                executor.shutdown(wait=False, kill_workers=True)
+            except Exception:   # (workers a stop signal has ended already)
+                pass
+        for part, out in finished:
+            report(part, out)
         raise
 
 
@@ -407,8 +402,8 @@ class Simulator:
         n = self.caches_per_token_instance(d)
         if n < FEW_CACHES:
             return (f"{lead}: a token instance of {d.name} holds about {n:.0f} of this stream's mean "
-                    f"requests' KV caches (fewer than {FEW_CACHES}): there the fluid model can read the SLOs 2-3x the "
-                    f"discrete-event oracle's; {remedy}")
+                    f"requests' KV caches (fewer than {FEW_CACHES}): there the fluid model can misread the SLOs by "
+                    f"half again or more; {remedy}")
         # (a baseline's bursts are not a known limit of the fluid model: its stream's burst is not read)
         if d.is_baseline or (burst := self.stream.burst()) < BURST:
             return ""
@@ -422,17 +417,41 @@ class Simulator:
         ``n_prompt`` machines, ``n_token`` 0)."""
         return self.run_many(design, [(n_prompt, n_token)], method=method)[0]
 
-    def compile_events(self, designs) -> None:
-        """Compile the event simulator's kernels here (or load them from the cache) before worker
-        processes start, on the first of ``designs`` these inputs can build: the workers then load them."""
-        from splitwise_plan.sim.events.engine import compile_ahead
-        for design in designs:
-            try:
-                cluster = self.cluster(design, 1, 0 if get_design(design).is_baseline else 1)
-            except SplitwisePlanError:   # a design these machines cannot hold: the next one
-                continue
-            compile_ahead(cluster)
+    def compile_kernels(self, designs, methods) -> None:
+        """Compile the kernels of ``methods`` (or load them from the cache) before worker processes start, on
+        the first of ``designs`` these inputs can build: the workers then load them. Both at once where both
+        must compile: the fluid model's in a child process while the event simulator's compile here."""
+        from splitwise_plan.sim import jit
+        from splitwise_plan.sim.events.engine import compile_ahead as events_ahead
+        from splitwise_plan.sim.events.kernels import run_events
+        from splitwise_plan.sim.fluid.flow import compile_ahead as fluid_ahead
+        from splitwise_plan.sim.fluid.kernels import run_fluid
+        cluster = next((c for c in map(self._smallest, designs) if c is not None), None)
+        if cluster is None:
             return
+        child = None
+        if {"events", "fluid"} <= set(methods) and not (jit.in_cache(run_events) or jit.in_cache(run_fluid)):
+            import multiprocessing
+            with starting_workers():
+                child = multiprocessing.get_context("spawn").Process(target=fluid_ahead, args=(cluster,), daemon=True)
+                child.start()
+        try:
+            if "events" in methods:
+                events_ahead(cluster)
+            if child is not None:
+                child.join()
+            elif "fluid" in methods:
+                fluid_ahead(cluster)
+        finally:
+            if child is not None and child.is_alive():   # (stopped meanwhile)
+                child.terminate()
+
+    def _smallest(self, design) -> Cluster | None:
+        """The design's smallest cluster, or None where these machines cannot hold it."""
+        try:
+            return self.cluster(design, 1, 0 if get_design(design).is_baseline else 1)
+        except SplitwisePlanError:
+            return None
 
     def run_requests(self, design: str | Design, n_prompt: int, n_token: int = 0,
                      method: str | None = None, on_arrivals=None) -> tuple[SimulationResult, dict]:
@@ -459,14 +478,12 @@ class Simulator:
     def run_many(self, design: str | Design, points: Iterable[Sequence[int]],
                  method: str | None = None, jobs: int = 1, progress=None,
                  on_results=None) -> list[SimulationResult]:
-        """Simulate many (prompt, token) machine counts of one design; the fluid method batches them.
+        """Simulate many (prompt, token) machine counts of one design.
 
         ``jobs > 1`` spreads the points over that many processes, this one and ``jobs - 1`` workers
-        (``_share``): parts of one fluid pass each (run to the end: the passes of ``_pass_order``,
-        narrowest first; stopping early: a run of consecutive points dealt out in turn, so the
-        parts cost alike, as neighbours in a grid stop alike and a pass whose designs have all
-        stopped ends); ``progress(n)`` is told as each part of ``n`` points is done (in one
-        process: each fluid pass, each oracle run), and ``on_results(results)`` is given that
+        (``_share``): runs of consecutive points dealt out in turn, so the parts cost alike (neighbours
+        in a grid cost alike); ``progress(n)`` is told as each part of ``n`` points is done (in one
+        process: every few fluid runs, each oracle run), and ``on_results(results)`` is given that
         part's results (to keep them as they come).
         """
         method = self.method if method is None else _check_method(method)
@@ -477,16 +494,11 @@ class Simulator:
             return []
         simulate = self._events if method == "events" else self._fluid
         if jobs > 1 and len(points) > 1:
-            from splitwise_plan.sim.fluid.model import pass_size
-            size = pass_size(len(points), len(self.stream), jobs, max(c.n_instances for c in clusters))
-            if method == "fluid" and not self.stop_early:   # the passes, narrowest first
-                order = _pass_order(clusters, stop_early=False)
-                parts = [order[lo:lo + size] for lo in range(0, len(points), size)]
-            else:   # runs of consecutive points, dealt out in turn
-                run, parts = (size * jobs if method == "fluid" else jobs), []
-                for lo in range(0, len(points), run):
-                    block = list(range(lo, min(lo + run, len(points))))
-                    parts += [block[k::jobs] for k in range(jobs) if block[k::jobs]]
+            size = 1 if method == "events" else -(-len(points) // (2 * jobs))   # two parts a process
+            parts = []
+            for lo in range(0, len(points), size * jobs):   # runs of consecutive points, dealt out in turn
+                block = list(range(lo, min(lo + size * jobs, len(points))))
+                parts += [block[k::jobs] for k in range(jobs) if block[k::jobs]]
             worker = copy.copy(self)
             worker.profiles = None     # the design's latency models are built: workers need no profile table
             merged: list = [None] * len(points)
@@ -506,18 +518,14 @@ class Simulator:
         return simulate(clusters, progress, on_results)
 
     def default_jobs(self, n_points: int, method: str | None = None, design: str | Design | None = None) -> int:
-        """The ``jobs`` (processes, this one among them) a ``run_many`` of ``n_points`` (of ``design``, if named)
-        is worth when the caller names none.
+        """The ``jobs`` (processes, this one among them) a ``run_many`` of ``n_points`` is worth when the caller
+        names none (``design`` is accepted for callers that name it: a point costs alike whatever its design).
 
-        One per core, no more than the free memory holds (a fluid pass and a Python each), and
-        one (no workers) where splitting the work saves less than starting the workers costs (a
-        baseline's point costs the fluid model several times a Splitwise one's).
+        One per core, no more than the free memory holds, and one (no workers) where splitting the
+        work saves less than starting the workers costs.
         """
-        from splitwise_plan.sim.fluid.model import PASS_MEMORY
         method = self.method if method is None else _check_method(method)
-        baseline = design is not None and get_design(design).is_baseline
-        per_point = 0.3 if method == "events" else (
-            _FLUID_BASELINE_S_PER_REQUEST if baseline else _FLUID_S_PER_REQUEST) * len(self.stream)
+        per_point = 0.05 if method == "events" else _FLUID_S_PER_REQUEST * len(self.stream)
         if n_points * per_point < 4 * _WORKER_START_S:
             return 1
         cores = cpu_cores()
@@ -525,7 +533,7 @@ class Simulator:
             free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (AttributeError, ValueError, OSError):   # not a POSIX system: trust the cores
             return max(1, cores)
-        return max(1, min(cores, free // (PASS_MEMORY + _WORKER_MEMORY)))
+        return max(1, min(cores, free // _WORKER_MEMORY))
 
     def run_points(self, points: Iterable[Sequence], method: str | None = None) -> list[SimulationResult]:
         """Simulate (design, prompt, token) points of several designs, in order.
@@ -568,7 +576,7 @@ class Simulator:
                     for c, o in zip(clusters, outs)]
             return (np.stack([o.ttft for o in outs]), np.stack([o.e2e for o in outs]), util,
                     [o.oom for o in outs], [o.overloaded for o in outs], [o.failed for o in outs])
-        from splitwise_plan.sim.fluid.model import simulate_fluid
+        from splitwise_plan.sim.fluid import simulate_fluid
         out = simulate_fluid(clusters, self.stream, self.overload_s, self._verdict())
         util = [(float(u), float(p), float(t)) for u, (p, t) in zip(out.utilization, out.pool_utilization)]
         return (out.ttft, out.e2e, util, list(out.oom), list(out.overloaded), list(out.failed))
@@ -586,17 +594,12 @@ class Simulator:
         return results
 
     def _fluid(self, clusters, progress=None, on_results=None) -> list[SimulationResult]:
-        """Clusters of one kind (Splitwise or baseline) through the fluid model, a pass at a time."""
-        from splitwise_plan.sim.fluid.model import pass_size
-        results: list = [None] * len(clusters)
-        size = pass_size(len(clusters), len(self.stream), machines=max(c.n_instances for c in clusters))
-        order = _pass_order(clusters, self.stop_early)
-        for lo in range(0, len(clusters), size):   # per pass: per-request arrays never pile up
-            idx = order[lo:lo + size]
-            part = [clusters[i] for i in idx]
+        """Clusters of one kind (Splitwise or baseline) through the fluid model, a few at a time."""
+        results: list = []
+        for lo in range(0, len(clusters), _FLUID_PART):
+            part = clusters[lo:lo + _FLUID_PART]
             ttft, e2e, util, oom, over, failed = self._simulate(part, "fluid")
-            for i, r in zip(idx, self._parts_done(part, ttft, e2e, util, oom, over, "fluid", failed, progress, on_results)):
-                results[i] = r
+            results += self._parts_done(part, ttft, e2e, util, oom, over, "fluid", failed, progress, on_results)
         return results
 
     def _parts_done(self, part, ttft, e2e, util, oom, over, method, failed, progress, on_results) -> list:

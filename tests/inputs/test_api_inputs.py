@@ -99,10 +99,15 @@ def test_scheduler_config_is_checked(kw, needle):
 
 
 def test_the_fluid_model_refuses_scheduler_fields_it_does_not_model(sim):
-    """It would keep the reference's batch size silently: the events method honours it (and runs longer)."""
+    """It would keep the reference's batch size or preemption limit silently: the events method honours
+    them (a batch of one runs longer)."""
     small = sp.SchedulerConfig(max_batch_size=1)
     with pytest.raises(sp.SplitwisePlanError, match="the fluid model keeps the reference's max_batch_size"):
         Simulator(sim.stream, scheduler=small).run("HH", 3, 1)
+    patient = sp.SchedulerConfig(max_preemptions=sp.SchedulerConfig().max_preemptions + 1)
+    with pytest.raises(sp.SplitwisePlanError, match="the fluid model keeps the reference's max_preemptions"):
+        Simulator(sim.stream, scheduler=patient).run("HH", 3, 1)
+    Simulator(sim.stream, scheduler=patient, method="events").run("HH", 3, 1)
     events = Simulator(sim.stream, scheduler=small, method="events").run("HH", 3, 1)
     assert events.latency_s["e2e"][99] > Simulator(sim.stream, method="events").run("HH", 3, 1).latency_s["e2e"][99]
 

@@ -117,21 +117,28 @@ def test_the_search_leaves_the_walk_its_near_misses_to_step_down_to():
 
 
 def test_the_answer_steps_down_past_points_the_search_failed_far_off():
-    # Llama2-70B at TP2 with a few A100 token machines: the fluid search fails Splitwise-HA 7+6
-    # by far more than its usual error (borrowing runs away in the fluid model), and answers a
-    # dearer point (6+11 since 2026-12-02: no neighbour of it holds, and the walk reaches 7+6 by
-    # trading three A100 machines for one H100, 7+8, then stepping down); the discrete-event oracle
-    # holds 7+6 and fails every cheaper neighbour of it.
+    # Llama2-70B at TP2 with a few A100 token machines: the fluid search fails the cheap points the
+    # oracle holds by far more than its usual error (borrowing runs away in the fluid model), and
+    # answers a dearer point (7+8); the walk confirms it, trades three A100 machines for one H100
+    # (8+5) and steps down to a point the search failed far off, which the oracle holds and whose
+    # cheaper neighbours it fails. The walk takes the first neighbour that holds, in the order of the
+    # search's closeness, so where it ends depends on the fluid model's reads: the old model's walk
+    # reached 7+6 (46.58), this one's 8+4 (46.92). Of the 54 points cheaper than 8+4 the oracle holds
+    # only 7+6: the answer must stay within 1% of it.
     kw = dict(model="llama2-70b", tp=2, duration=60, seed=0)
     ha = plan(goal="min-cost", rps=70, designs="HA", jobs=1, **kw).get("HA")
     searched = re.search(r"search: (\d+)\+(\d+)", ha.note)
-    assert (ha.status, ha.prompt, ha.token) == ("ok", 7, 6) and searched and searched.groups() != ("7", "6")
+    assert ha.status == "ok" and searched
+    p, t = ha.prompt, ha.token
     stream = load_workload("coding").generate(70, duration_s=60, seed=0)
     fluid = Simulator(stream, "llama2-70b", tensor_parallel=2)
-    assert fluid.run("HA", 7, 6).tightest["ratio"] > iso._FLUID_SLACK
     oracle = Simulator(stream, "llama2-70b", tensor_parallel=2, method="events")
-    assert oracle.run("HA", 7, 6).slo_met
-    assert not any(oracle.run("HA", p, t).slo_met for p, t in ((6, 6), (7, 5), (6, 7)))
+    assert ha.cost < fluid.cluster("HA", *map(int, searched.groups())).cost   # below the search's answer
+    assert fluid.run("HA", p, t).tightest["ratio"] > iso._FLUID_SLACK
+    assert oracle.run("HA", p, t).slo_met
+    cheaper = [n for n in ((p - 1, t), (p, t - 1), (p - 1, t + 1), (p + 1, t - 1)) if oracle.cluster("HA", *n).cost < ha.cost]
+    assert cheaper and not any(oracle.run("HA", *n).slo_met for n in cheaper)
+    assert oracle.run("HA", 7, 6).slo_met and ha.cost <= 1.01 * oracle.cluster("HA", 7, 6).cost
 
 
 @pytest.mark.parametrize("cores", [2, 4])
@@ -567,11 +574,11 @@ def test_a_rejection_note_never_rounds_a_ratio_onto_the_other_side_of_its_limit(
         "0.997", "1.000088", "0.999960", "1.000", "1.250"]
 
 
-def test_an_unconfirmed_baseline_names_the_machine_counts_it_rejected(sim_dir):
-    # On the reference's trace the fluid model passes Baseline-H100 with 52 machines (TBT P90
-    # 1.4997x), which the oracle fails as the reference does (1.5047x): capped at 52 machines,
-    # nothing confirmed is left. The note names the rejected point as a baseline is counted.
-    res = plan(goal="min-cost", trace=str(sim_dir / "rr_code_70_2min.csv"), designs="H100", jobs=1,
-               limits=(("H100", 52, 0),))
+def test_an_unconfirmed_baseline_names_the_machine_counts_it_rejected():
+    # 70 req/s of conversation (60 s, seed 3): the fluid model passes Baseline-H100 with 24 machines
+    # (0.986x its tightest limit), which the oracle fails (1.014x): capped at 24 machines, nothing
+    # confirmed is left. The note names the rejected point as a baseline is counted.
+    res = plan(goal="min-cost", rps=70, workload="conversation", duration=60, seed=3, designs="H100", jobs=1,
+               limits=(("H100", 24, 0),))
     h100 = res.get("H100")
-    assert h100.status == "unconfirmed" and h100.note.endswith("(confirmation rejected 52)")
+    assert h100.status == "unconfirmed" and h100.note.endswith("(confirmation rejected 24)")

@@ -69,6 +69,8 @@ def test_the_kernels_are_compiled_ahead_on_the_first_design_the_machines_can_hol
     before = simulate_events(cluster, stream)
     small = {**BUILTIN_MACHINES, "dgx-a100": dataclasses.replace(BUILTIN_MACHINES["dgx-a100"], gpus=4)}
     sim = Simulator(stream, method="events", machines=small)
-    sim.compile_events(["AA", "HH"])   # AA's machines hold no instance at TP8: HH compiles them
+    sim.compile_kernels(["AA", "HH"], {"events", "fluid"})   # AA's machines hold no instance at TP8: HH compiles them
     assert not compiled(run_events) or run_events.signatures
     _same(simulate_events(cluster, stream), before)
+    fluid = sim.run("HH", 6, 2, method="fluid")   # and the fluid model, compiled in a child process meanwhile, runs
+    assert fluid.method == "fluid" and fluid.completed > 0

@@ -1,5 +1,5 @@
-"""The fluid-queue model (method ``fluid``): many designs advanced together, one arrival at a time."""
+"""The fluid model (method ``fluid``): the reference's cluster rules, each machine's batches as a fluid, compiled."""
 
-from splitwise_plan.sim.fluid.model import PASS_MEMORY, pass_size, simulate_fluid
+from splitwise_plan.sim.fluid.flow import FluidOutcome, simulate_fluid
 
-__all__ = ["PASS_MEMORY", "pass_size", "simulate_fluid"]
+__all__ = ["FluidOutcome", "simulate_fluid"]
