@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 
 from splitwise_plan.perf.latency_model import MIXED_BATCH_FACTOR
-from splitwise_plan.sim import jit
 from splitwise_plan.sim.events.state import (
     ADDED,
     ARRIVAL,
@@ -40,7 +39,6 @@ from splitwise_plan.sim.events.state import (
     BUSY_SINCE,
     CHUNK,
     COMPLETE,
-    COUNTER,
     CURVE,
     DEADLOCKED,
     DONE,
@@ -52,7 +50,6 @@ from splitwise_plan.sim.events.state import (
     EVENTS,
     FAILED,
     FINISHED,
-    FLOOR,
     FLOW_ARRIVAL,
     FLOW_DONE,
     FLOW_RETRY,
@@ -98,9 +95,7 @@ from splitwise_plan.sim.events.state import (
     RUNNING,
     SCHED_MEM,
     SCHED_PENDING,
-    SEQ,
     SLO_METRIC,
-    SLOPES,
     SRC,
     STAMP,
     STATE,
@@ -111,19 +106,9 @@ from splitwise_plan.sim.events.state import (
     TTFT,
     VERSION,
     WHERE,
-    XS,
-    YS,
 )
 from splitwise_plan.sim.jit import njit, unowned
-
-
-def inline(fn):
-    """A small helper, inlined into each compiled caller (numba's IR) rather than compiled on its own
-    once per caller's argument types: compiling takes less time, running the same."""
-    if jit.numba is None:
-        return fn
-    return jit.numba.njit(inline="always", cache=jit.CACHED)(fn)
-
+from splitwise_plan.sim.kernel_tools import curve_at, inline, pop, push
 
 BY_PENDING, BY_SCHED_MEM = 0, 1   # the routers' keys: sched_pending, sched_mem
 NOTHING, START, PAUSE = range(3)  # what a step asks of the machine it touched, done last (see run_events)
@@ -170,53 +155,6 @@ def list_remove(queue, queue_len, i, which, x):
 
 
 @inline
-def push(heap_f, heap_i, counters, t, kind, a, b):
-    """``heapq.heappush`` of an event at ``t``, after every event pushed before it at ``t``."""
-    seq = counters[COUNTER]
-    counters[COUNTER] = seq + 1
-    pos = counters[HEAP_LEN]
-    counters[HEAP_LEN] = pos + 1
-    while pos > 0:
-        parent = (pos - 1) >> 1
-        if heap_f[parent] < t or (heap_f[parent] == t and heap_i[parent, SEQ] < seq):
-            break
-        heap_f[pos] = heap_f[parent]
-        for c in range(4):
-            heap_i[pos, c] = heap_i[parent, c]
-        pos = parent
-    heap_f[pos] = t
-    heap_i[pos, SEQ] = seq
-    heap_i[pos, KIND] = kind
-    heap_i[pos, EV_A] = a
-    heap_i[pos, EV_B] = b
-
-
-@inline
-def pop(heap_f, heap_i, counters):
-    """Remove the heap's first event (read at slot 0 before)."""
-    n = counters[HEAP_LEN] - 1
-    counters[HEAP_LEN] = n
-    last_t, last_seq = heap_f[n], heap_i[n, SEQ]
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= n:
-            break
-        if child + 1 < n and (heap_f[child + 1] < heap_f[child] or (
-                heap_f[child + 1] == heap_f[child] and heap_i[child + 1, SEQ] < heap_i[child, SEQ])):
-            child += 1
-        if not (heap_f[child] < last_t or (heap_f[child] == last_t and heap_i[child, SEQ] < last_seq)):
-            break
-        heap_f[pos] = heap_f[child]
-        for c in range(4):
-            heap_i[pos, c] = heap_i[child, c]
-        pos = child
-    heap_f[pos] = last_t
-    for c in range(4):
-        heap_i[pos, c] = heap_i[n, c]
-
-
-@inline
 def events_left(req_i, counters):
     """``len(heap)`` of the reference: the heap's events and the arrivals still to come."""
     return counters[HEAP_LEN] + req_i.shape[0] - counters[NEXT_ARRIVAL]
@@ -232,21 +170,6 @@ def next_is_arrival(req_f, req_i, heap_f, counters):
 
 
 # -- latency: LatencyModel.iteration_time_at ---------------------------------------------------------------
-
-
-@inline
-def curve_at(curves, n, j, x):
-    """``PhaseCurve.at(x)`` of curve ``j`` (of ``n`` points)."""
-    lo, hi = 0, n
-    while lo < hi:   # bisect_right
-        mid = (lo + hi) // 2
-        if x < curves[j, XS, mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    seg = min(max(lo - 1, 0), n - 2)
-    v = curves[j, YS, seg] + curves[j, SLOPES, seg] * (x - curves[j, XS, seg])
-    return max(v, curves[j, FLOOR, 0])
 
 
 @inline

@@ -25,16 +25,8 @@ from __future__ import annotations
 import math
 
 from splitwise_plan.perf.latency_model import MIXED_BATCH_FACTOR
-from splitwise_plan.sim import jit
 from splitwise_plan.sim.jit import njit, unowned
-
-
-def inline(fn):
-    """A small helper, inlined into each compiled caller."""
-    if jit.numba is None:
-        return fn
-    return jit.numba.njit(inline="always", cache=jit.CACHED)(fn)
-
+from splitwise_plan.sim.kernel_tools import curve_at, inline, pop, push
 
 # columns of req_f and req_i (requests in arrival order)
 ARRIVAL, MEM_P, MEM_T, XFER, TTFT, E2E = range(6)
@@ -52,7 +44,7 @@ PROMPT_POOL, MIXED_POOL, TOKEN_POOL = range(3)
 NO_HOME = -1
 # event kinds
 BATCH_START, BATCH_END, FLOW, JOIN, DECODE_END = range(5)
-# counters
+# counters (the event heap's two first, as kernel_tools reads them)
 (COUNTER, HEAP_LEN, NEXT_ARRIVAL, N_BATCHES, EVENTS, OVERLOADED, FAILED, OOM, RETRIES, DEADLOCKED,
  POOL_SIZE) = range(11)
 NOW, PROGRESS_AT = range(2)
@@ -70,81 +62,21 @@ EPS = 1e-9
 
 
 @inline
-def curve_at(curves, curve_n, j, x):
-    """``PhaseCurve.at(x)`` of curve ``j``."""
-    n = curve_n[j]
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if x < curves[j, XS, mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    seg = min(max(lo - 1, 0), n - 2)
-    v = curves[j, YS, seg] + curves[j, SLOPES, seg] * (x - curves[j, XS, seg])
-    return max(v, curves[j, FLOOR, 0])
-
-
-@inline
 def token_time(curves, curve_n, mi, i, decodes):
     """One decode-only iteration of ``decodes`` running on machine ``i``."""
-    return curve_at(curves, curve_n, 2 * mi[i, CURVE] + 1, float(decodes))
+    j = 2 * mi[i, CURVE] + 1
+    return curve_at(curves, curve_n[j], j, float(decodes))
 
 
 @inline
 def batch_time(curves, curve_n, mi, i, tokens, ride):
     """A prompt batch of ``tokens`` with ``ride`` decodes riding in it (a mixed batch if any)."""
-    t = curve_at(curves, curve_n, 2 * mi[i, CURVE], float(tokens + ride))
+    j = 2 * mi[i, CURVE]
+    t = curve_at(curves, curve_n[j], j, float(tokens + ride))
     return MIXED_BATCH_FACTOR * t if ride > 0 else t
 
 
 # -- the global event heap: (time, insertion counter) -----------------------------------------------------------
-
-
-@inline
-def push(heap_f, heap_i, counters, t, kind, a, b):
-    seq = counters[COUNTER]
-    counters[COUNTER] = seq + 1
-    pos = counters[HEAP_LEN]
-    counters[HEAP_LEN] = pos + 1
-    while pos > 0:
-        parent = (pos - 1) >> 1
-        if heap_f[parent] < t or (heap_f[parent] == t and heap_i[parent, 0] < seq):
-            break
-        heap_f[pos] = heap_f[parent]
-        for c in range(4):
-            heap_i[pos, c] = heap_i[parent, c]
-        pos = parent
-    heap_f[pos] = t
-    heap_i[pos, 0] = seq
-    heap_i[pos, 1] = kind
-    heap_i[pos, 2] = a
-    heap_i[pos, 3] = b
-
-
-@inline
-def pop(heap_f, heap_i, counters):
-    """Remove the heap's first event (read at slot 0 before)."""
-    n = counters[HEAP_LEN] - 1
-    counters[HEAP_LEN] = n
-    last_t, last_seq = heap_f[n], heap_i[n, 0]
-    pos = 0
-    while True:
-        child = 2 * pos + 1
-        if child >= n:
-            break
-        if child + 1 < n and (heap_f[child + 1] < heap_f[child] or (
-                heap_f[child + 1] == heap_f[child] and heap_i[child + 1, 0] < heap_i[child, 0])):
-            child += 1
-        if not (heap_f[child] < last_t or (heap_f[child] == last_t and heap_i[child, 0] < last_seq)):
-            break
-        heap_f[pos] = heap_f[child]
-        for c in range(4):
-            heap_i[pos, c] = heap_i[child, c]
-        pos = child
-    heap_f[pos] = last_t
-    for c in range(4):
-        heap_i[pos, c] = heap_i[n, c]
 
 
 # -- a machine's decodes: a heap of (iteration count at which it ends, request) ----------------------------------
