@@ -242,7 +242,9 @@ def test_a_reader_gone_amid_a_json_report_larger_than_a_pipe_holds_is_seen():
     assert proc.stdout.read(1) == b"{"
     proc.stdout.close()
     err = proc.communicate(timeout=120)[1]
-    assert proc.returncode == 141 and err == b"", (proc.returncode, err)
+    # (the first run after install also says, once, that it compiles the simulator: not an error)
+    said = [line for line in err.splitlines() if not line.startswith(b"compiling the fluid model (first run")]
+    assert proc.returncode == 141 and said == [], (proc.returncode, err)
 
 
 def test_a_closed_standard_output_still_writes_the_reports(tmp_path):
