@@ -432,6 +432,7 @@ class Simulator:
         child = None
         if {"events", "fluid"} <= set(methods) and not (jit.in_cache(run_events) or jit.in_cache(run_fluid)):
             import multiprocessing
+            jit.before_first_call(run_fluid, "the fluid model")   # (the child process says nothing)
             with starting_workers():
                 child = multiprocessing.get_context("spawn").Process(target=fluid_ahead, args=(cluster,), daemon=True)
                 child.start()
