@@ -20,7 +20,7 @@ from splitwise_plan.sim.fluid import kernels as k
 from splitwise_plan.sim.metrics import METRICS, Verdict
 
 _REFERENCE_ONLY = ("max_batch_size", "max_preemptions")   # scheduler fields the fluid model keeps
-_RING = 64          # prompt batches a machine holds at first (doubled as needed)
+_RING = 64          # prompts a machine queues at first (doubled as needed)
 _DECODES = 256      # decodes running or waiting on a machine at first (doubled as needed)
 
 
@@ -91,9 +91,8 @@ def _requests(cluster: Cluster, stream, order) -> tuple[np.ndarray, np.ndarray]:
     return req_f, req_i
 
 
-def _machines(cluster: Cluster) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per machine: floats, ints, KV room; the pools; the latency curves (prompt and token phase of each
-    pool's hardware)."""
+def _machines(cluster: Cluster) -> tuple:
+    """Per machine: floats, ints, KV room; the pools; the latency curves and their sizes (see _curves)."""
     pools = [(cluster.prompt, 0, k.NO_HOME if cluster.is_baseline else k.PROMPT_POOL)]
     if cluster.token is not None:
         pools.append((cluster.token, 1, k.TOKEN_POOL))
@@ -114,7 +113,8 @@ def _machines(cluster: Cluster) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return mf, mi, hbm - weights, table, _curves(cluster)
 
 
-def _curves(cluster: Cluster) -> np.ndarray:
+def _curves(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """The latency curves (prompt and token phase of each pool's hardware) as rows, and their numbers of points."""
     curves = []
     for pool in (cluster.prompt, cluster.token if cluster.token is not None else cluster.prompt):
         curves += [pool.latency.prompt, pool.latency.token]
@@ -124,7 +124,7 @@ def _curves(cluster: Cluster) -> np.ndarray:
         out[j, k.YS, :c.ys.size] = c.ys
         out[j, k.SLOPES, :c.xs.size - 1] = c._slopes
         out[j, k.FLOOR, 0] = c._floor
-    return out
+    return out, np.array([c.xs.size for c in curves], np.int64)
 
 
 def _slos(verdict: Verdict | None, order) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -182,12 +182,12 @@ def _run(cluster: Cluster, stream, order, overload_s: float, slos) -> tuple:
     heap = 2 * n + 4 * m + 1024
     state = State(req_f, req_i, mf, mi, room, np.zeros((m, _RING), np.int64), np.zeros((m, _DECODES)),
                   np.zeros((m, _DECODES), np.int64), np.zeros((m, _DECODES), np.int64), pools, np.zeros(heap),
-                  np.zeros((heap, 4), np.int64), np.zeros(2), counters, curves, np.array(_curve_sizes(cluster)),
+                  np.zeros((heap, 4), np.int64), np.zeros(2), counters, *curves,
                   table, limit, ref, config)
     while k.run_fluid(*state) == k.GROW:
         state = _grow(state)
     now = float(state.clock[k.NOW])
-    k.settle(mf, mi, curves, state.curve_n, now)
+    k.settle(mf, mi, state.curves, state.curve_n, now)
     ttft = np.where(req_f[:, k.ARRIVAL] + req_f[:, k.TTFT] <= now, req_f[:, k.TTFT], np.nan)
     e2e = req_f[:, k.E2E]
     busy = np.minimum(mf[:, k.BUSY], now) / max(now, 1e-9)   # (a run stopped mid-batch counted the batch whole)
@@ -196,13 +196,6 @@ def _run(cluster: Cluster, stream, order, overload_s: float, slos) -> tuple:
     stopped = bool(counters[k.OVERLOADED] or counters[k.FAILED])
     oom = bool(counters[k.OOM]) or (not stopped and bool(np.isnan(e2e).any()))
     return ttft, e2e, float(busy.mean()), pool_util, oom, bool(counters[k.OVERLOADED]), bool(counters[k.FAILED])
-
-
-def _curve_sizes(cluster: Cluster) -> list[int]:
-    curves = []
-    for pool in (cluster.prompt, cluster.token if cluster.token is not None else cluster.prompt):
-        curves += [pool.latency.prompt, pool.latency.token]
-    return [int(c.xs.size) for c in curves]
 
 
 def _grow(state: State) -> State:
