@@ -1,6 +1,7 @@
-"""Small compiled helpers both simulators' kernels share: the event heap and the latency curves.
+"""Small compiled helpers both simulators' kernels share: the event heap, the pools and the latency curves.
 
-The heap orders events by (time, insertion counter) in two arrays, ``heap_f`` (times) and ``heap_i``
+A pool is a row of ``pools`` (machine indices in the pool's order) whose length is
+``counters[size_at + pool]``. The heap orders events by (time, insertion counter) in two arrays, ``heap_f`` (times) and ``heap_i``
 (counter, kind, two arguments); ``counters[0]`` is the next insertion counter and ``counters[1]`` the heap's
 length. A latency curve is ``PhaseCurve``'s points, slopes and floor as rows of ``curves``.
 """
@@ -82,3 +83,22 @@ def curve_at(curves, n, j, x):
     seg = min(max(lo - 1, 0), n - 2)
     v = curves[j, YS, seg] + curves[j, SLOPES, seg] * (x - curves[j, XS, seg])
     return max(v, curves[j, FLOOR, 0])
+
+
+@inline
+def pool_remove(pools, counters, size_at, pool, i):
+    """``pool.remove(i)``."""
+    n = counters[size_at + pool]
+    j = 0
+    while pools[pool, j] != i:
+        j += 1
+    for k in range(j, n - 1):
+        pools[pool, k] = pools[pool, k + 1]
+    counters[size_at + pool] = n - 1
+
+
+@inline
+def pool_append(pools, counters, size_at, pool, i):
+    """``pool.append(i)``."""
+    pools[pool, counters[size_at + pool]] = i
+    counters[size_at + pool] += 1

@@ -108,7 +108,7 @@ from splitwise_plan.sim.events.state import (
     WHERE,
 )
 from splitwise_plan.sim.jit import njit, unowned
-from splitwise_plan.sim.kernel_tools import curve_at, inline, pop, push
+from splitwise_plan.sim.kernel_tools import curve_at, inline, pool_append, pool_remove, pop, push
 
 BY_PENDING, BY_SCHED_MEM = 0, 1   # the routers' keys: sched_pending, sched_mem
 NOTHING, START, PAUSE = range(3)  # what a step asks of the machine it touched, done last (see run_events)
@@ -562,27 +562,9 @@ def notify_flow_completion(task_mem, inst_f, inst_i, queue, queue_len, cfg, i):
 
 
 @inline
-def pool_remove(pools, counters, pool, i):
-    """``pool.remove(i)``."""
-    n = counters[POOL_SIZE + pool]
-    j = 0
-    while pools[pool, j] != i:
-        j += 1
-    for k in range(j, n - 1):
-        pools[pool, k] = pools[pool, k + 1]
-    counters[POOL_SIZE + pool] = n - 1
-
-
-@inline
-def pool_append(pools, counters, pool, i):
-    pools[pool, counters[POOL_SIZE + pool]] = i
-    counters[POOL_SIZE + pool] += 1
-
-
-@inline
 def lend_to_mixed(pools, counters, inst_i, pool, i):
-    pool_remove(pools, counters, pool, i)
-    pool_append(pools, counters, MIXED_POOL, i)
+    pool_remove(pools, counters, POOL_SIZE, pool, i)
+    pool_append(pools, counters, POOL_SIZE, MIXED_POOL, i)
     inst_i[i, MIXED] = 1
 
 
@@ -591,8 +573,8 @@ def notify_free(pools, counters, inst_i, i):
     """An idle machine lent to the mixed pool goes home."""
     if inst_i[i, MIXED]:
         inst_i[i, MIXED] = 0
-        pool_remove(pools, counters, MIXED_POOL, i)
-        pool_append(pools, counters, inst_i[i, HOME], i)
+        pool_remove(pools, counters, POOL_SIZE, MIXED_POOL, i)
+        pool_append(pools, counters, POOL_SIZE, inst_i[i, HOME], i)
 
 
 @inline

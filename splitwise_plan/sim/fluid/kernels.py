@@ -26,7 +26,7 @@ import math
 
 from splitwise_plan.perf.latency_model import MIXED_BATCH_FACTOR
 from splitwise_plan.sim.jit import njit, unowned
-from splitwise_plan.sim.kernel_tools import curve_at, inline, pop, push
+from splitwise_plan.sim.kernel_tools import curve_at, inline, pool_append, pool_remove, pop, push
 
 # columns of req_f and req_i (requests in arrival order)
 ARRIVAL, MEM_P, MEM_T, XFER, TTFT, E2E = range(6)
@@ -174,26 +174,9 @@ def has_queue(mf, mi, i):
 
 
 @inline
-def pool_remove(pools, counters, pool, i):
-    n = counters[POOL_SIZE + pool]
-    j = 0
-    while pools[pool, j] != i:
-        j += 1
-    for k in range(j, n - 1):
-        pools[pool, k] = pools[pool, k + 1]
-    counters[POOL_SIZE + pool] = n - 1
-
-
-@inline
-def pool_append(pools, counters, pool, i):
-    pools[pool, counters[POOL_SIZE + pool]] = i
-    counters[POOL_SIZE + pool] += 1
-
-
-@inline
 def lend_to_mixed(pools, counters, mi, pool, i):
-    pool_remove(pools, counters, pool, i)
-    pool_append(pools, counters, MIXED_POOL, i)
+    pool_remove(pools, counters, POOL_SIZE, pool, i)
+    pool_append(pools, counters, POOL_SIZE, MIXED_POOL, i)
     mi[i, MIXED] = 1
     mi[i, WORKED] = 0
 
@@ -282,8 +265,8 @@ def send_home(mf, mi, pools, counters):
         if (mi[i, WORKED] and mi[i, N_DEC] == 0 and mi[i, WAIT_LEN] == 0 and mi[i, Q_LEN] == 0
                 and mi[i, B_FIRST] < 0 and mi[i, PLAN_VERSION] <= 0):
             mi[i, MIXED] = 0
-            pool_remove(pools, counters, MIXED_POOL, i)
-            pool_append(pools, counters, mi[i, HOME], i)
+            pool_remove(pools, counters, POOL_SIZE, MIXED_POOL, i)
+            pool_append(pools, counters, POOL_SIZE, mi[i, HOME], i)
         else:
             k += 1
 
