@@ -47,7 +47,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.workload != "coding" and args.experiment in ("fig12", "reference"):
         ap.error(f"{args.experiment} is the paper's coding run; --workload serves iso-power and iso-cost")
-    common = dict(duration=args.duration, jobs=args.jobs, confirm_method=args.confirm_method)
+    # the paper's method and numbers: one stream, and its catalog in the reference's relative units
+    common = dict(duration=args.duration, jobs=args.jobs, confirm_method=args.confirm_method, seeds=1,
+                  machines_file=str(Path(__file__).resolve().parent / "machines-paper.toml"))
     if args.experiment == "fig12":
         req = PlanRequest(goal="min-cost", rps=70, designs=args.designs or "HH", **common)
     elif args.experiment == "reference":

@@ -1,4 +1,5 @@
-"""Machines: one DGX server, its GPUs and memory, and its cost and provisioned power."""
+"""Machines: one DGX server, its GPUs and memory, its price per hour and provisioned power (in named
+units, USD/h and kW by default), and where those numbers come from."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numbers
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from splitwise_plan.errors import SplitwisePlanError, by_name, choices, whole_number
 from splitwise_plan.inputs.designs import RESERVED_NAMES
@@ -36,12 +38,20 @@ def _number(where: str, key: str, value, *, integer: bool = False) -> float | in
     return float(value)
 
 
+#: The units of a machine's numbers unless a machine file names others in its ``[units]`` table.
+DEFAULT_COST_UNIT = "USD/h"
+DEFAULT_POWER_UNIT = "kW"
+
+
 @dataclass(frozen=True)
 class Machine:
     """A DGX machine type.
 
     ``hardware`` names the GPU in the performance profiles (``a100-80gb`` ...).
-    ``cost`` and ``power`` are per machine in the reference's relative units.
+    ``cost`` is the price of one machine per hour in ``cost_unit`` (USD/h unless a machine file says
+    otherwise), ``power`` its provisioned power in ``power_unit`` (kW). ``source`` says where the
+    numbers come from; ``base`` names the machine this one derives from (the power-capped DGX-H100
+    is a DGX-H100), whose cost and power overrides it follows.
     """
 
     name: str
@@ -50,13 +60,23 @@ class Machine:
     hbm_bytes_per_gpu: int
     cost: float
     power: float
+    cost_unit: str = DEFAULT_COST_UNIT
+    power_unit: str = DEFAULT_POWER_UNIT
+    source: str = ""
+    base: str | None = None
 
     def __post_init__(self) -> None:
         """Numbers as plain Python ones within ``_MOST``; a user error names the machine and field."""
-        for key in ("name", "hardware"):
+        for key in ("name", "hardware", "cost_unit", "power_unit"):
             if not isinstance(getattr(self, key), str) or not getattr(self, key).strip():
                 raise SplitwisePlanError(f"machine {self.name!r}: {key} must be a non-empty string")
         object.__setattr__(self, "hardware", self.hardware.strip().lower())   # the profiles' name, in any case
+        for key in ("cost_unit", "power_unit"):
+            object.__setattr__(self, key, getattr(self, key).strip())
+        if not isinstance(self.source, str):
+            raise SplitwisePlanError(f"machine {self.name!r}: source must be a string, got {self.source!r}")
+        if self.base is not None and (not isinstance(self.base, str) or not self.base.strip()):
+            raise SplitwisePlanError(f"machine {self.name!r}: base must name a machine, got {self.base!r}")
         where = f"machine {self.name!r}"
         for key in ("gpus", "hbm_bytes_per_gpu"):
             object.__setattr__(self, key, whole_number(getattr(self, key), f"{where}: {key}", 1, _MOST[key]))
@@ -73,34 +93,126 @@ class Machine:
         return (gpus or self.gpus) * self.hbm_bytes_per_gpu
 
 
+# --- the builtin catalog, in real units ---------------------------------------------
+
+#: The Splitwise paper's DGX-H100 : DGX-A100 cost ratio (its relative prices 4.76 and 2.21), kept exactly
+#: so that cheapest-design answers are the paper's.
+PAPER_COST_RATIO = 4.76 / 2.21
+#: The paper caps the power of its power-capped (token) DGX-H100 machines at 70% of rated power.
+PAPER_POWER_CAP = 0.7
+#: AWS p4de.24xlarge (8x A100 80GB) on-demand list price, us-east-1, USD per hour.
+A100_USD_PER_HOUR = 40.97
+#: Maximum system power from the NVIDIA DGX A100 and DGX H100 data sheets, kW.
+A100_KW = 6.5
+H100_KW = 10.2
+
 BUILTIN_MACHINES: dict[str, Machine] = {
-    "dgx-a100": Machine("dgx-a100", "a100-80gb", 8, 80 * GIB, cost=2.21, power=24.8),
-    "dgx-h100": Machine("dgx-h100", "h100-80gb", 8, 80 * GIB, cost=4.76, power=44.0),
-    "dgx-h100-cap": Machine("dgx-h100-cap", "h100-80gb-pcap", 8, 80 * GIB, cost=4.76, power=30.8),
+    "dgx-a100": Machine(
+        "dgx-a100", "a100-80gb", 8, 80 * GIB, cost=A100_USD_PER_HOUR, power=A100_KW,
+        source="cost: AWS p4de.24xlarge (8x A100 80GB) on-demand list price, us-east-1; "
+               "power: NVIDIA DGX A100 data sheet, max system power"),
+    "dgx-h100": Machine(
+        "dgx-h100", "h100-80gb", 8, 80 * GIB, cost=A100_USD_PER_HOUR * PAPER_COST_RATIO, power=H100_KW,
+        source="cost: the DGX A100's x 4.76/2.21, the Splitwise paper's H100:A100 cost ratio; "
+               "power: NVIDIA DGX H100 data sheet, max system power"),
+    "dgx-h100-cap": Machine(
+        "dgx-h100-cap", "h100-80gb-pcap", 8, 80 * GIB, cost=A100_USD_PER_HOUR * PAPER_COST_RATIO,
+        power=round(PAPER_POWER_CAP * H100_KW, 6), base="dgx-h100",
+        source="cost: the DGX H100's (a power cap does not change the price); "
+               "power: 70% of the DGX H100's, the Splitwise paper's power cap"),
 }
+
+
+def catalog_units(machines) -> tuple[str, str]:
+    """The (cost unit, power unit) of ``machines`` (Machines, or a mapping of names to them), or a
+    user error when they price or power in different units (their sums would mean nothing).
+    No machines: the default units."""
+    pool = list(machines.values()) if isinstance(machines, Mapping) else list(machines)
+    units = []
+    for what, key, default in (("cost", "cost_unit", DEFAULT_COST_UNIT), ("power", "power_unit", DEFAULT_POWER_UNIT)):
+        seen = {}
+        for m in pool:
+            seen.setdefault(getattr(m, key, default), m.name)
+        if len(seen) > 1:
+            raise SplitwisePlanError(
+                f"machines give {what} in different units ({', '.join(f'{n}: {u}' for u, n in seen.items())}); "
+                f"a machine file that sets [units] {what} must set the {what} of every machine used")
+        units.append(next(iter(seen), default))
+    return units[0], units[1]
 
 
 # --- loading user overrides -------------------------------------------------
 
-MACHINE_KEYS = ("hardware", "gpus", "hbm_bytes_per_gpu", "hbm_gib_per_gpu", "cost", "power")
+MACHINE_KEYS = ("hardware", "gpus", "hbm_bytes_per_gpu", "hbm_gib_per_gpu", "cost", "power", "source", "base")
+UNIT_KEYS = ("cost", "power")
+_NUMBERS = ("hardware", "gpus", "hbm_bytes_per_gpu", "cost", "power")
 
 
 def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
     """Builtin machines, overridden or extended by a TOML file's ``[machines.NAME]`` tables.
 
     An existing name may set any subset of ``hardware``, ``gpus``, ``hbm_bytes_per_gpu``
-    (or ``hbm_gib_per_gpu``), ``cost`` and ``power``; a new name must set all of them.
+    (or ``hbm_gib_per_gpu``), ``cost``, ``power``, ``source`` and ``base``; a new name must set the
+    first five, or name a ``base`` to take those it does not set from. The cost and power a file
+    sets are in its ``[units]`` (``cost``, ``power``; default USD/h and kW); a number the file
+    does not set keeps its own unit. A machine whose ``base``'s cost or power the file sets, and
+    that does not set its own, follows it: the cost is copied, the power scaled by the same factor.
     Names are matched in any case, so the catalog keeps each (key and ``Machine.name``) in lower case.
     """
     machines = dict(BUILTIN_MACHINES)
     if path is None:
         return machines
     doc = read_toml(path, "machine")
-    unknown_top = sorted(set(doc) - {"machines"})
+    units = _file_units(path, doc)
+    given = {}   # catalog name -> (where, the fields the table sets)
+    for raw, spec in _machine_tables(path, doc).items():
+        where = f"machine file {path}, {_table(raw)}"
+        builtin = _builtin_named(raw)
+        # DGX-H100 overrides dgx-h100: one machine, under its builtin name; B200 is b200, as designs name it
+        given[builtin.name if builtin is not None else raw.lower()] = (where, _table_fields(where, spec))
+    known = set(machines) | set(given)
+    for name, (where, fields) in given.items():
+        if "base" in fields:
+            fields["base"] = _base_name(where, fields["base"], name, known)
+    changed: dict[str, set] = {"cost": set(), "power": set()}   # machines whose cost/power the file set
+    for name in _bases_first(path, given, machines):
+        where, fields = given.get(name, (f"machine file {path}, {_table(name)}", {}))
+        old = BUILTIN_MACHINES.get(name)
+        base = fields.get("base", old.base if old is not None else None)
+        if name not in given and not (base in changed["cost"] or base in changed["power"]):
+            continue   # a builtin the file leaves alone
+        values = _resolve(path, name, fields, old, machines.get(base), units, changed)
+        try:
+            machines[name] = Machine(name=name, **values)
+        except SplitwisePlanError as exc:   # Machine's own checks, said of the file's table as the others are
+            raise SplitwisePlanError(f"{where}: {str(exc).removeprefix(f'machine {name!r}: ')}") from None
+    return machines
+
+
+def _file_units(path, doc: dict) -> dict:
+    """The ``[units]`` table of a machine file: {"cost": unit, "power": unit}, defaults where it names none."""
+    units = doc.get("units", {})
+    if not isinstance(units, dict):
+        raise SplitwisePlanError(f"machine file {path}: units must be a table, [units] with cost and/or power")
+    unknown = sorted(set(units) - set(UNIT_KEYS))
+    if unknown:
+        raise SplitwisePlanError(f"machine file {path}, [units]: unknown key(s) {', '.join(unknown)}; "
+                                 f"valid: {', '.join(UNIT_KEYS)}")
+    for key, unit in units.items():
+        if not isinstance(unit, str) or not unit.strip():
+            raise SplitwisePlanError(f"machine file {path}, [units]: {key} must be a non-empty string such as "
+                                     f"{'EUR/h' if key == 'cost' else 'W'!r}, got {unit!r}")
+    return {"cost": units.get("cost", DEFAULT_COST_UNIT).strip(),
+            "power": units.get("power", DEFAULT_POWER_UNIT).strip()}
+
+
+def _machine_tables(path, doc: dict) -> dict:
+    """The file's ``[machines.NAME]`` tables, each name checked and none twice (in any case)."""
+    unknown_top = sorted(set(doc) - {"machines", "units"})
     if unknown_top:
         raise SplitwisePlanError(
             f"machine file {path}: unknown top-level key(s) {', '.join(unknown_top)}; "
-            "put each machine in a [machines.NAME] table")
+            "put each machine in a [machines.NAME] table, and units in [units]")
     tables = doc.get("machines", {})
     if not isinstance(tables, dict) or not tables:
         raise SplitwisePlanError(f"machine file {path} defines no [machines.NAME] table")
@@ -111,53 +223,118 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
         if other != name:
             raise SplitwisePlanError(f"machine file {path}: {_table(other)} and {_table(name)} name one "
                                      "machine (names are matched in any case); keep one")
-    for name, spec in tables.items():
-        where = f"machine file {path}, {_table(name)}"
-        if not isinstance(spec, dict):
-            raise SplitwisePlanError(f"{where} must be a table")
-        unknown = sorted(set(spec) - set(MACHINE_KEYS))
-        if unknown:
-            raise SplitwisePlanError(
-                f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(MACHINE_KEYS)}")
-        if "hbm_bytes_per_gpu" in spec and "hbm_gib_per_gpu" in spec:
-            raise SplitwisePlanError(f"{where}: give hbm_bytes_per_gpu or hbm_gib_per_gpu, not both")
-        builtin = _builtin_named(name)
-        # DGX-H100 overrides dgx-h100: one machine, under its builtin name; B200 is b200, as designs name it
-        name = builtin.name if builtin is not None else name.lower()
-        base = machines.get(name)
-        fields = {} if base is None else {
-            "hardware": base.hardware, "gpus": base.gpus,
-            "hbm_bytes_per_gpu": base.hbm_bytes_per_gpu, "cost": base.cost, "power": base.power}
-        if "hardware" in spec:
-            hw = spec["hardware"]
-            if not isinstance(hw, str) or not hw.strip():
-                raise SplitwisePlanError(f"{where}: hardware must be a non-empty string, got {hw!r}")
-            fields["hardware"] = hw   # (Machine makes it the profiles' lower-case name)
-        if "gpus" in spec:
-            fields["gpus"] = _number(where, "gpus", spec["gpus"], integer=True)
-        if "hbm_bytes_per_gpu" in spec:
-            fields["hbm_bytes_per_gpu"] = _number(where, "hbm_bytes_per_gpu", spec["hbm_bytes_per_gpu"],
-                                                  integer=True)
-        if "hbm_gib_per_gpu" in spec:
-            fields["hbm_bytes_per_gpu"] = int(round(_number(where, "hbm_gib_per_gpu",
-                                                            spec["hbm_gib_per_gpu"]) * GIB))
-            if fields["hbm_bytes_per_gpu"] < 1:   # rounds to no byte: said of the key the file gives
-                raise SplitwisePlanError(f"{where}: hbm_gib_per_gpu must be at least {1 / GIB:.3g} (one byte), "
-                                         f"got {spec['hbm_gib_per_gpu']!r}")
-        for key in ("cost", "power"):
-            if key in spec:
-                fields[key] = _number(where, key, spec[key])
-        missing = [k for k in ("hardware", "gpus", "hbm_bytes_per_gpu", "cost", "power") if k not in fields]
-        if missing:
-            raise SplitwisePlanError(
-                f"{where}: a new machine needs "
-                f"{', '.join('hbm_gib_per_gpu (or hbm_bytes_per_gpu)' if k == 'hbm_bytes_per_gpu' else k for k in missing)} "
-                f"(builtin names that can be partly overridden: {choices(BUILTIN_MACHINES)})")
-        try:
-            machines[name] = Machine(name=name, **fields)
-        except SplitwisePlanError as exc:   # Machine's own checks, said of the file's table as the others are
-            raise SplitwisePlanError(f"{where}: {str(exc).removeprefix(f'machine {name!r}: ')}") from None
-    return machines
+    return tables
+
+
+def _table_fields(where: str, spec) -> dict:
+    """The fields one ``[machines.NAME]`` table sets, checked (``hbm_gib_per_gpu`` as bytes)."""
+    if not isinstance(spec, dict):
+        raise SplitwisePlanError(f"{where} must be a table")
+    unknown = sorted(set(spec) - set(MACHINE_KEYS))
+    if unknown:
+        raise SplitwisePlanError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(MACHINE_KEYS)}")
+    if "hbm_bytes_per_gpu" in spec and "hbm_gib_per_gpu" in spec:
+        raise SplitwisePlanError(f"{where}: give hbm_bytes_per_gpu or hbm_gib_per_gpu, not both")
+    fields = {}
+    for key in ("hardware", "base"):
+        if key in spec:
+            if not isinstance(spec[key], str) or not spec[key].strip():
+                raise SplitwisePlanError(f"{where}: {key} must be a non-empty string, got {spec[key]!r}")
+            fields[key] = spec[key]   # (Machine makes hardware the profiles' lower-case name)
+    if "source" in spec:
+        if not isinstance(spec["source"], str):
+            raise SplitwisePlanError(f"{where}: source must be a string, got {spec['source']!r}")
+        fields["source"] = spec["source"].strip()
+    if "gpus" in spec:
+        fields["gpus"] = _number(where, "gpus", spec["gpus"], integer=True)
+    if "hbm_bytes_per_gpu" in spec:
+        fields["hbm_bytes_per_gpu"] = _number(where, "hbm_bytes_per_gpu", spec["hbm_bytes_per_gpu"], integer=True)
+    if "hbm_gib_per_gpu" in spec:
+        fields["hbm_bytes_per_gpu"] = int(round(_number(where, "hbm_gib_per_gpu", spec["hbm_gib_per_gpu"]) * GIB))
+        if fields["hbm_bytes_per_gpu"] < 1:   # rounds to no byte: said of the key the file gives
+            raise SplitwisePlanError(f"{where}: hbm_gib_per_gpu must be at least {1 / GIB:.3g} (one byte), "
+                                     f"got {spec['hbm_gib_per_gpu']!r}")
+    for key in ("cost", "power"):
+        if key in spec:
+            fields[key] = _number(where, key, spec[key])
+    return fields
+
+
+def _base_name(where: str, base: str, name: str, known: set) -> str:
+    """A table's ``base`` as the catalog names it, or a user error when it names no machine or itself."""
+    builtin = _builtin_named(base.strip())
+    base = builtin.name if builtin is not None else base.strip().lower()
+    if base not in known:
+        raise SplitwisePlanError(f"{where}: base {base!r} names no machine; valid: {choices(known - {name})}")
+    if base == name:
+        raise SplitwisePlanError(f"{where}: base names the machine itself; name the machine it derives from")
+    return base
+
+
+def _bases_first(path, given: dict, machines: dict) -> list[str]:
+    """Every catalog name, each after its base (a user error naming the tables when bases go round)."""
+    def base_of(name):
+        return given[name][1].get("base") if "base" in given.get(name, (None, {}))[1] else (
+            machines[name].base if name in machines else None)
+    order, done = [], set()
+    for name in list(machines) + [n for n in given if n not in machines]:
+        chain = []
+        while name is not None and name not in done:
+            if name in chain:
+                loop = chain[chain.index(name):] + [name]
+                raise SplitwisePlanError(f"machine file {path}: the bases of {', '.join(map(_table, loop[:-1]))} "
+                                         f"go round ({' -> '.join(loop)}); a machine cannot derive from itself")
+            chain.append(name)
+            name = base_of(name)
+        for n in reversed(chain):
+            done.add(n)
+            order.append(n)
+    return order
+
+
+def _resolve(path, name: str, fields: dict, old: Machine | None, base: Machine | None, units: dict,
+             changed: dict) -> dict:
+    """A machine's fields from the file's ``fields``, the builtin ``old`` and its resolved ``base``;
+    records in ``changed`` whether its cost and power are the file's (set, followed or inherited)."""
+    start = old if old is not None else base   # a new machine takes what it does not set from its base
+    values = {} if start is None else {
+        "hardware": start.hardware, "gpus": start.gpus, "hbm_bytes_per_gpu": start.hbm_bytes_per_gpu,
+        "cost": start.cost, "power": start.power, "cost_unit": start.cost_unit, "power_unit": start.power_unit}
+    values.update({k: fields[k] for k in ("hardware", "gpus", "hbm_bytes_per_gpu") if k in fields})
+    values["base"] = fields.get("base", old.base if old is not None else None)
+    followed = []
+    for key in ("cost", "power"):
+        if key in fields:
+            values[key], values[f"{key}_unit"] = fields[key], units[key]
+        elif base is not None and (old is None or base.name in changed[key]):
+            factor = 1.0
+            if key == "power" and old is not None and base.name in BUILTIN_MACHINES:
+                was = BUILTIN_MACHINES[base.name]   # the capped machine keeps its share of its base's power
+                factor = old.power / was.power if was.power_unit == old.power_unit else 1.0
+            values[key], values[f"{key}_unit"] = getattr(base, key) * factor, getattr(base, f"{key}_unit")
+            followed.append(key)
+        else:
+            continue
+        changed[key].add(name)
+    missing = [k for k in _NUMBERS if k not in values]
+    if missing:
+        raise SplitwisePlanError(
+            f"machine file {path}, {_table(name)}: a new machine needs "
+            f"{', '.join('hbm_gib_per_gpu (or hbm_bytes_per_gpu)' if k == 'hbm_bytes_per_gpu' else k for k in missing)} "
+            f"or a base to take them from (builtin names that can be partly overridden: {choices(BUILTIN_MACHINES)})")
+    values["source"] = _source(path, fields, old, values["base"], followed)
+    return values
+
+
+def _source(path, fields: dict, old: Machine | None, base: str | None, followed: list) -> str:
+    """Where a machine's numbers come from: the table's ``source``, else the file when it set them."""
+    if "source" in fields:
+        return fields["source"]
+    if "cost" in fields or "power" in fields or old is None:
+        return f"machine file {path}"
+    if followed:
+        return f"{' and '.join(followed)} follow {base} in machine file {path}"
+    return old.source
 
 
 def _table(name) -> str:

@@ -36,6 +36,12 @@ def report_inputs(*, model: str, tensor_parallel: int, workload: str | None = No
     if machines is not None:
         doc["machine_catalog"] = {
             name: {"hardware": m.hardware, "gpus": m.gpus, "hbm_bytes_per_gpu": m.hbm_bytes_per_gpu,
-                   "cost": m.cost, "power": m.power} for name, m in machines.items()}
+                   "cost": m.cost, "power": m.power, "cost_unit": _unit(m, "cost"), "power_unit": _unit(m, "power")}
+            for name, m in machines.items()}
     doc.update(extra)
     return doc
+
+
+def _unit(machine, key: str) -> str:
+    """The unit of a machine's ``cost`` or ``power``."""
+    return getattr(machine, f"{key}_unit", None) or {"cost": "USD/h", "power": "kW"}[key]

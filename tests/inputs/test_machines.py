@@ -8,7 +8,7 @@ import pytest
 
 from splitwise_plan import BUILTIN_MACHINES, BUILTIN_MODELS, SplitwisePlanError, get_machine, get_model, load_machines
 from splitwise_plan.cli import main
-from splitwise_plan.inputs.machines import GIB
+from splitwise_plan.inputs.machines import GIB, Machine, catalog_units
 
 B200 = """
 [machines.B200]
@@ -20,31 +20,60 @@ power = 40.0
 """
 
 
-def test_builtin_machines_match_reference():
-    # splitwise_sim_constants.yaml: machine_cost_power and hardware_skus.
-    expected = {"dgx-a100": ("a100-80gb", 2.21, 24.8), "dgx-h100": ("h100-80gb", 4.76, 44.0),
-                "dgx-h100-cap": ("h100-80gb-pcap", 4.76, 30.8)}
+def test_builtin_machines_are_priced_per_hour_and_powered_in_kw_with_their_sources():
+    # cost: AWS p4de.24xlarge list price, the H100's at the paper's ratio 4.76/2.21 of it;
+    # power: the DGX data sheets' maximum, the capped H100 at 70% of the H100's
+    h100_usd = 40.97 * 4.76 / 2.21   # 88.2431 USD/h
+    expected = {"dgx-a100": ("a100-80gb", 40.97, 6.5, None), "dgx-h100": ("h100-80gb", h100_usd, 10.2, None),
+                "dgx-h100-cap": ("h100-80gb-pcap", h100_usd, 7.14, "dgx-h100")}
     assert set(BUILTIN_MACHINES) == set(expected)
-    for name, (hw, cost, power) in expected.items():
+    for name, (hw, cost, power, base) in expected.items():
         m = BUILTIN_MACHINES[name]
-        assert (m.hardware, m.cost, m.power, m.gpus, m.hbm_bytes_per_gpu) == (hw, cost, power, 8, 85899345920)
+        assert (m.hardware, m.gpus, m.hbm_bytes_per_gpu, m.base) == (hw, 8, 85899345920, base)
+        assert (m.cost, m.power) == (pytest.approx(cost, rel=1e-12), pytest.approx(power, rel=1e-12))
+        assert (m.cost_unit, m.power_unit) == ("USD/h", "kW")
+    assert "p4de.24xlarge" in BUILTIN_MACHINES["dgx-a100"].source
+    assert "DGX A100 data sheet" in BUILTIN_MACHINES["dgx-a100"].source
+    assert "4.76/2.21" in BUILTIN_MACHINES["dgx-h100"].source
+    assert "DGX H100 data sheet" in BUILTIN_MACHINES["dgx-h100"].source
+    assert "70%" in BUILTIN_MACHINES["dgx-h100-cap"].source
+    assert all("\n" not in m.source for m in BUILTIN_MACHINES.values())   # one line each
+    assert f"{BUILTIN_MACHINES['dgx-h100'].cost:.2f}" == "88.24"
     assert load_machines(None) == BUILTIN_MACHINES
 
 
-def test_iso_power_40_h100_about_70_a100():
+def test_the_cost_ratio_is_the_papers_so_cheapest_designs_are_too():
+    h, a, cap = BUILTIN_MACHINES["dgx-h100"], BUILTIN_MACHINES["dgx-a100"], BUILTIN_MACHINES["dgx-h100-cap"]
+    assert h.cost / a.cost == pytest.approx(4.76 / 2.21, rel=1e-15)
+    assert cap.cost == h.cost and cap.power / h.power == pytest.approx(0.7, rel=1e-12)
+
+
+def test_iso_power_40_h100_is_62_a100():
     h, a = BUILTIN_MACHINES["dgx-h100"], BUILTIN_MACHINES["dgx-a100"]
-    assert 40 * h.power == pytest.approx(70 * a.power, rel=0.02)  # 1760 vs 1736
-    assert int(44 * 40 // 24.8) == 70  # the reference's iso-power formula
+    assert 40 * h.power == pytest.approx(408.0) and 62 * a.power == pytest.approx(403.0)
+    assert int(40 * h.power // a.power) == 62   # 408 kW / 6.5 kW = 62.8
+
+
+def test_machines_are_still_built_by_position():
+    m = Machine("box", "a100-80gb", 8, 80 * GIB, 3.0, 5.0)
+    assert (m.cost_unit, m.power_unit, m.source, m.base) == ("USD/h", "kW", "", None)
+    m = Machine("box", "a100-80gb", 8, 80 * GIB, 3.0, 5000.0, "EUR/h", "W", "my quote", "dgx-a100")
+    assert (m.cost_unit, m.power_unit, m.source, m.base) == ("EUR/h", "W", "my quote", "dgx-a100")
+    with pytest.raises(SplitwisePlanError, match="machine 'box': cost_unit must be a non-empty string"):
+        Machine("box", "a100-80gb", 8, 80 * GIB, 3.0, 5.0, cost_unit=" ")
+
+
+H100_USD = 40.97 * 4.76 / 2.21
 
 
 @pytest.mark.parametrize("design, want_cost, want_power", [
-    ("HA", 3 * 4.76 + 2 * 2.21, 3 * 44.0 + 2 * 24.8),        # H100 prompt, A100 token machines
-    ("HHcap", 3 * 4.76 + 2 * 4.76, 3 * 44.0 + 2 * 30.8),     # power-capped H100 token machines
-    ("AA", 5 * 2.21, 5 * 24.8), ("A100", 3 * 2.21, 3 * 24.8),
+    ("HA", 3 * H100_USD + 2 * 40.97, 3 * 10.2 + 2 * 6.5),      # H100 prompt, A100 token machines
+    ("HHcap", 5 * H100_USD, 3 * 10.2 + 2 * 7.14),              # power-capped H100 token machines
+    ("AA", 5 * 40.97, 5 * 6.5), ("A100", 3 * 40.97, 3 * 6.5),
 ])
 def test_a_designs_cost_and_power_price_each_pool_by_its_own_machine(design, want_cost, want_power):
-    """The paper's units (splitwise_sim_constants.yaml): 3 prompt and 2 token machines, each pool at its
-    machine's price; a baseline's 3 machines."""
+    """3 prompt and 2 token machines, each pool at its machine's price (USD/h) and power (kW); a
+    baseline's 3 machines."""
     from splitwise_plan.inputs.workloads import load_workload
     from splitwise_plan.sim.simulator import Simulator
     sim = Simulator(load_workload("coding").generate(1, duration_s=5, seed=0), method="events")
@@ -70,22 +99,37 @@ cost = 3
 power = 20.5
 """)
     ms = load_machines(path)
-    assert ms["dgx-a100"].cost == 2.5 and ms["dgx-a100"].power == 24.8
+    assert ms["dgx-a100"].cost == 2.5 and ms["dgx-a100"].power == 6.5
     assert ms["my-box"].gpus == 4 and ms["my-box"].hbm_bytes_per_gpu == 94 * GIB
     assert ms["my-box"].hbm_bytes == 4 * 94 * GIB and ms["my-box"].cost == 3.0
     assert ms["dgx-h100"] == BUILTIN_MACHINES["dgx-h100"]
-    assert BUILTIN_MACHINES["dgx-a100"].cost == 2.21  # builtins untouched
+    assert BUILTIN_MACHINES["dgx-a100"].cost == 40.97  # builtins untouched
+    assert ms["dgx-a100"].source == f"machine file {path}" and ms["my-box"].source == f"machine file {path}"
+    assert (ms["my-box"].cost_unit, ms["my-box"].power_unit) == ("USD/h", "kW")
 
 
 @pytest.mark.parametrize("text,needle", [
     ("[machines.dgx-a100\ncost=1", "not valid TOML"),
     ("cost = 1", "unknown top-level key(s) cost"),
+    ("[units]\ncost = 'EUR/h'", "defines no [machines.NAME] table"),
+    ("units = 'EUR'\n[machines.dgx-a100]\ncost=1", "units must be a table"),
+    ("[units]\ncurrency = 'EUR'\n[machines.dgx-a100]\ncost=1", "[units]: unknown key(s) currency; valid: cost, power"),
+    ("[units]\ncost = ''\n[machines.dgx-a100]\ncost=1", "[units]: cost must be a non-empty string"),
+    ("[units]\npower = 1000\n[machines.dgx-a100]\ncost=1", "[units]: power must be a non-empty string"),
+    ("[machines.dgx-a100]\nsource = 3", "[machines.dgx-a100]: source must be a string, got 3"),
+    ("[machines.dgx-a100]\nbase = ''", "[machines.dgx-a100]: base must be a non-empty string"),
+    ("[machines.dgx-a100]\nbase = 'dgx-b200'", "[machines.dgx-a100]: base 'dgx-b200' names no machine; valid: "
+                                              "dgx-h100, dgx-h100-cap"),
+    ("[machines.dgx-a100]\nbase = 'DGX-A100'", "[machines.dgx-a100]: base names the machine itself"),
+    ("[machines.dgx-h100]\nbase = 'dgx-h100-cap'",
+     "the bases of [machines.dgx-h100], [machines.dgx-h100-cap] go round (dgx-h100 -> dgx-h100-cap -> dgx-h100)"),
     ("", "defines no [machines.NAME] table"),
     ("[machines.dgx-a100]\ncots = 1", "unknown key(s) cots"),
     ("[machines.dgx-a100]\ncost = -1", "cost must be positive"),
     ("[machines.dgx-a100]\npower = 'x'", "power must be a number"),
     ("[machines.dgx-a100]\ngpus = 2.5", "gpus must be an integer"),
-    ("[machines.new]\ncost = 1", "a new machine needs hardware, gpus, hbm_gib_per_gpu (or hbm_bytes_per_gpu), power"),
+    ("[machines.new]\ncost = 1", "[machines.new]: a new machine needs hardware, gpus, hbm_gib_per_gpu "
+                                   "(or hbm_bytes_per_gpu), power or a base to take them from"),
 ])
 def test_bad_machine_files(write, text, needle):
     with pytest.raises(SplitwisePlanError) as err:
@@ -122,7 +166,7 @@ def test_a_machine_named_in_upper_case_can_be_simulated(capsys, write, design, n
     out, err = capsys.readouterr()
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["design"] == named and doc["cost"] == pytest.approx(4 * 4.0 if "baseline" in named else 3 * 4.0 + 2.21)
+    assert doc["design"] == named and doc["cost"] == pytest.approx(4 * 4.0 if "baseline" in named else 3 * 4.0 + 40.97)
 
 
 @pytest.mark.parametrize("name,needle", [
@@ -156,3 +200,78 @@ def test_a_value_the_machine_refuses_names_the_file_table_and_key(write, text, n
         load_machines(path)
     assert str(err.value).startswith(f"machine file {path}, ") and needle in str(err.value)
     assert "hbm_bytes_per_gpu" not in str(err.value)
+
+
+# --- units, sources and derived machines ------------------------------------------------
+
+def test_raising_the_h100s_cost_raises_the_capped_h100s(write):
+    """The capped H100 derives from the H100: it takes its price unless the file sets its own."""
+    ms = load_machines(write("m.toml", "[machines.dgx-h100]\ncost = 7.14\n"))
+    assert ms["dgx-h100"].cost == 7.14 and ms["dgx-h100-cap"].cost == 7.14
+    assert ms["dgx-h100-cap"].power == 7.14   # its power was not overridden: unchanged
+    assert ms["dgx-h100-cap"].source.startswith("cost follow dgx-h100 in machine file ")
+    assert ms["dgx-a100"] == BUILTIN_MACHINES["dgx-a100"]
+
+
+def test_an_h100_power_override_scales_the_capped_h100_by_its_cap(write):
+    ms = load_machines(write("m.toml", "[machines.dgx-h100]\npower = 12.0\n"))
+    assert ms["dgx-h100-cap"].power == pytest.approx(0.7 * 12.0)   # 8.4 kW: still 70% of the H100's
+    assert ms["dgx-h100-cap"].cost == BUILTIN_MACHINES["dgx-h100-cap"].cost
+
+
+def test_a_derived_machine_that_sets_its_own_numbers_keeps_them(write):
+    ms = load_machines(write("m.toml", "[machines.dgx-h100]\ncost = 7.0\npower = 12.0\n"
+                                       "[machines.dgx-h100-cap]\ncost = 6.0\n"))
+    assert ms["dgx-h100-cap"].cost == 6.0 and ms["dgx-h100-cap"].power == pytest.approx(8.4)
+
+
+def test_a_file_in_its_own_units_names_them_on_the_numbers_it_sets(write):
+    """[units] power = "W": the H100's 10,200 W makes the capped H100's 7,140 W (70%), in W; the A100
+    the file leaves alone keeps its kW, so a catalog of both is refused where its units are asked."""
+    path = write("m.toml", '[units]\ncost = "EUR/h"\npower = "W"\n'
+                           "[machines.dgx-h100]\ncost = 80.0\npower = 10200\n"
+                           '[machines.my-box]\nhardware = "a100-80gb"\ngpus = 4\nhbm_gib_per_gpu = 80\n'
+                           'cost = 20.0\npower = 3000\nsource = "vendor quote 2025-01"\n')
+    ms = load_machines(path)
+    h, cap, box, a = ms["dgx-h100"], ms["dgx-h100-cap"], ms["my-box"], ms["dgx-a100"]
+    assert (h.cost, h.cost_unit, h.power, h.power_unit) == (80.0, "EUR/h", 10200.0, "W")
+    assert (cap.cost, cap.cost_unit, cap.power_unit) == (80.0, "EUR/h", "W")
+    assert cap.power == pytest.approx(7140.0)
+    assert (box.cost_unit, box.power_unit, box.source) == ("EUR/h", "W", "vendor quote 2025-01")
+    assert (a.cost_unit, a.power_unit) == ("USD/h", "kW") and a == BUILTIN_MACHINES["dgx-a100"]
+    assert catalog_units([h, cap, box]) == ("EUR/h", "W")
+    assert catalog_units({"dgx-a100": a}) == ("USD/h", "kW")
+    with pytest.raises(SplitwisePlanError) as err:
+        catalog_units(ms)
+    assert str(err.value) == ("machines give cost in different units (dgx-a100: USD/h, dgx-h100: EUR/h); "
+                              "a machine file that sets [units] cost must set the cost of every machine used")
+
+
+def test_catalog_units_of_no_machines_are_the_defaults():
+    assert catalog_units([]) == ("USD/h", "kW")
+    assert catalog_units(BUILTIN_MACHINES) == ("USD/h", "kW")
+
+
+def test_a_new_machine_with_a_base_takes_what_it_does_not_set(write):
+    ms = load_machines(write("m.toml", '[machines.h100-spot]\nbase = "DGX-H100"\ncost = 30.0\n'
+                                       'source = "spot price"\n'))
+    spot, h = ms["h100-spot"], BUILTIN_MACHINES["dgx-h100"]
+    assert (spot.base, spot.cost, spot.power, spot.hardware, spot.gpus) == ("dgx-h100", 30.0, 10.2, "h100-80gb", 8)
+    assert (spot.cost_unit, spot.power_unit) == ("USD/h", "kW") and h.cost == pytest.approx(H100_USD)
+    assert spot.source == "spot price"
+
+
+def test_the_machines_command_names_units_and_sources(capsys, write):
+    assert main(["machines"]) == 0
+    out = capsys.readouterr().out
+    assert "cost (USD/h)" in out and "power (kW)" in out
+    assert "40.97" in out and "88.24" in out and "7.14" in out and "p4de.24xlarge" in out
+    path = write("m.toml", '[units]\ncost = "EUR/h"\n[machines.dgx-a100]\ncost = 38.5\n'
+                           '[machines.dgx-h100]\ncost = 80\n')
+    assert main(["machines", "--machines-file", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "cost (EUR/h)" in out and "38.50" in out and "80.00" in out   # the capped H100 follows: all EUR
+    path = write("w.toml", '[units]\npower = "W"\n[machines.dgx-a100]\npower = 6500\n')
+    assert main(["machines", "--machines-file", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "6,500 W" in out and "10.2 kW" in out and "mixes units" in out
