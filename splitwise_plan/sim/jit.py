@@ -71,7 +71,7 @@ def njit(fn):
     """Compile ``fn`` (cached where possible); plain Python where numba is missing or disabled."""
     if numba is None:
         return fn
-    return numba.njit(cache=CACHED)(fn)
+    return numba.njit(cache=CACHED, nogil=True)(fn)
 
 
 def compiled(kernel) -> bool:

@@ -301,7 +301,7 @@ class Simulator:
                  tensor_parallel: int = 8, profiles: ProfileSet | None = None,
                  machines: dict[str, Machine] | None = None, slos: SLOSet | None = None,
                  scheduler: SchedulerConfig | None = None, method: str = "fluid",
-                 stop_early: bool = False) -> None:
+                 stop_early: bool = False, threads: int = 1) -> None:
         method = _check_method(method)
         model = get_model(model).name   # BLOOM-176B is bloom-176b
         if machines is not None and (not isinstance(machines, Mapping)
@@ -327,6 +327,8 @@ class Simulator:
         if not isinstance(stop_early, (bool, np.bool_)):   # "no" would be True
             raise SplitwisePlanError(f"stop_early must be True or False, got {stop_early!r}")
         self.stop_early = bool(stop_early)
+        #: designs the fluid model runs side by side in a batch (its compiled loop releases the GIL)
+        self.threads = whole_number(threads, "threads", 1, 1024)
         self._latency: dict[str, object] = {}
         self.pcts = tuple(sorted(set(PERCENTILES).union(*self.slos.percentiles().values())))
         ref = self.slos.reference_model(self.profiles, model)
@@ -578,7 +580,7 @@ class Simulator:
             return (np.stack([o.ttft for o in outs]), np.stack([o.e2e for o in outs]), util,
                     [o.oom for o in outs], [o.overloaded for o in outs], [o.failed for o in outs])
         from splitwise_plan.sim.fluid import simulate_fluid
-        out = simulate_fluid(clusters, self.stream, self.overload_s, self._verdict())
+        out = simulate_fluid(clusters, self.stream, self.overload_s, self._verdict(), threads=self.threads)
         util = [(float(u), float(p), float(t)) for u, (p, t) in zip(out.utilization, out.pool_utilization)]
         return (out.ttft, out.e2e, util, list(out.oom), list(out.overloaded), list(out.failed))
 

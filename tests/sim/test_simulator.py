@@ -299,6 +299,17 @@ def test_a_batch_of_several_designs_gives_what_each_gives_alone():
             assert r.latency_s[metric] == pytest.approx(pcts, rel=1e-9)
 
 
+def test_designs_run_side_by_side_give_what_each_gives_alone():
+    """``threads`` runs a fluid batch's designs on several threads at once: the very same results, in order."""
+    stream = load_workload("coding").generate(20.0, duration_s=30.0, seed=3)
+    items = [("HH", 5, 2), ("HA", 6, 3), ("AA", 9, 2), ("HHcap", 5, 1), ("A100", 14, 0), ("HH", 3, 1)]
+    one = Simulator(stream, stop_early=True).run_points(items)
+    side_by_side = Simulator(stream, stop_early=True, threads=3).run_points(items)
+    assert [r.to_dict() for r in side_by_side] == [r.to_dict() for r in one]
+    with pytest.raises(SplitwisePlanError, match="threads"):
+        Simulator(stream, threads=0)
+
+
 # Points near the SLO boundary where the fluid model once read optimistic (A100 token pools,
 # starved token pools): over four streams it must read a close tightest ratio, and so give the
 # oracle's verdict wherever the oracle is not within 2% of the limit.
@@ -568,7 +579,8 @@ def test_fluid_parts_take_the_points_as_given_and_each_point_gets_its_own_result
     parts = []
     real = fluid.simulate_fluid
     monkeypatch.setattr(fluid, "simulate_fluid",
-                        lambda cl, *a: parts.append([(c.prompt.instances, c.token.instances) for c in cl]) or real(cl, *a))
+                        lambda cl, *a, **k: parts.append([(c.prompt.instances, c.token.instances) for c in cl])
+                        or real(cl, *a, **k))
     stream = load_workload("coding").generate(10.0, duration_s=10.0, seed=0)
     sim = Simulator(stream, stop_early=stop_early)
     points = [(6, 1), (2, 2), (5, 3), (2, 1), (4, 4), (3, 1), (6, 3), (2, 3), (4, 1), (3, 3), (5, 2), (3, 2)]

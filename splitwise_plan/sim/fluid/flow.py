@@ -51,7 +51,7 @@ class Config(NamedTuple):
 
 
 def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf,
-                   verdict: Verdict | None = None) -> FluidOutcome:
+                   verdict: Verdict | None = None, threads: int = 1) -> FluidOutcome:
     """Simulate clusters (designs and machine counts) of one model on one stream, one after another.
 
     A design whose prompt queue makes a request wait more than ``overload_s`` is overloaded: its run stops
@@ -68,7 +68,13 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
     order = np.argsort(np.asarray(stream.arrival_s, dtype=np.float64), kind="stable")
     slos = _slos(verdict, order)
     jit.before_first_call(k.run_fluid, "the fluid model")
-    rows = [_run(c, stream, order, overload_s, slos) for c in clusters]
+    threads = max(1, min(threads, len(clusters)))
+    if threads == 1:
+        rows = [_run(c, stream, order, overload_s, slos) for c in clusters]
+    else:   # the compiled loop releases the GIL: the designs run side by side, each on its own
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(threads) as ex:
+            rows = list(ex.map(lambda c: _run(c, stream, order, overload_s, slos), clusters))
     n = len(order)
     ttft, e2e = np.full((len(rows), n), np.nan), np.full((len(rows), n), np.nan)
     for j, r in enumerate(rows):
