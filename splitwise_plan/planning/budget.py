@@ -70,9 +70,9 @@ class _BudgetSearch:
         self.base = dict(design=d.name, short=d.short, grid_size=len(self.pts))
         self.batch = req.batch or default_batch(method, d)
         self.tol = req.rate_tol
-        self.streams = len(stream_seeds(inputs, req))   # simulations a search point costs
+        self.streams = len(stream_seeds(inputs, req))   # the streams a search point runs on
         self.threshold = 1.0 - req.margin
-        self.evals = 0
+        self.over: dict = {}   # rate -> OverSeeds of its search (several streams): what it simulated
         self.cache: dict = {}      # rate -> (evaluator, passing points, candidates)
         self.prefer: list = []     # the points passing at the highest rate passed so far: tried first
         self.r_hi = 0.0            # the capacity model's upper bound of the rate
@@ -121,7 +121,7 @@ class _BudgetSearch:
         prefer = self.prefer
         cand = [p for p in prefer if p in cand] + [p for p in cand if p not in prefer]
         if self.streams > 1:   # each point's worst over the seeds' streams, as confirmation asks
-            seeds = OverSeeds(inputs, req, method, sim, rate)
+            seeds = self.over[rate] = OverSeeds(inputs, req, method, sim, rate)
             ev = Evaluator(run=lambda pts: seeds.run_many(d.name, pts), threshold=self.threshold)
         else:
             ev = Evaluator(sim, d.name, method, jobs=max(1, req.jobs if req.jobs > 0 else 1),
@@ -132,9 +132,13 @@ class _BudgetSearch:
             passing += [pt for pt, r in zip(cand[k:k + batch], res) if ev.ok(r)]
             if passing:
                 break
-        self.evals += ev.evaluations * self.streams
         self.cache[rate] = (ev, passing, cand)
         return passing
+
+    def simulations(self) -> int:
+        """The search's simulations so far, over every rate tried (and each seed's stream)."""
+        return sum(ev.evaluations if rate not in self.over else sum(self.over[rate].runs.values())
+                   for rate, (ev, _, _) in self.cache.items())
 
     def _best_at(self, k: int):
         """The budget point with the most headroom at rate k * tol (search method) that the confirm
@@ -147,7 +151,6 @@ class _BudgetSearch:
         rest = [p for p in cand if p not in ev.cache]
         if rest:   # see every candidate at this rate to pick the one with most headroom
             ev(rest)
-            self.evals += len(rest) * self.streams
         ranked = sorted((p for p in cand if p not in self.refused.get(k, ())),
                         key=lambda p: tightest_ratio(ev.cache[p]))
         return (ranked[0], ev.cache[ranked[0]]) if ranked else (None, None)
@@ -225,7 +228,7 @@ class _BudgetSearch:
     def answer(self) -> DesignPlan:
         """The design's answer: the highest rate confirmed, or none (unconfirmed, or infeasible)."""
         tol, lo_k, rejected, confirm = self.tol, self.lo_k, self.rejected, self.confirm
-        common = dict(bound=self.r_hi, evaluations=self.evals, confirmations=confirm.runs,
+        common = dict(bound=self.r_hi, evaluations=self.simulations(), confirmations=confirm.runs,
                       confirmed=confirm.confirmed(), candidates=len(self.pts))
         if self.good is not None:
             k, pt, worst = self.good

@@ -6,11 +6,13 @@ search's simulator over every seed's stream (:class:`OverSeeds`), so the search 
 
 from __future__ import annotations
 
+from collections import Counter
 from concurrent.futures import Future
 from dataclasses import replace
 
+from splitwise_plan.planning.memo import Kept, Memo, confirm_key, search_key
 from splitwise_plan.planning.request import Inputs, PlanRequest
-from splitwise_plan.planning.streams import first_stream, on_stream, severity, stream_seeds, worst_per_point
+from splitwise_plan.planning.streams import first_stream, on_stream, severity, stream_seeds
 from splitwise_plan.search import Evaluator, Space, passes, search
 from splitwise_plan.sim.simulator import Simulator
 
@@ -42,17 +44,47 @@ class OverSeeds:
     a point that holds on the first stream only (which confirmation then rejects, and the next,
     until the design is given up)."""
 
-    def __init__(self, inputs: Inputs, req: PlanRequest, method: str, first: Simulator, rate=None) -> None:
+    def __init__(self, inputs: Inputs, req: PlanRequest, method: str, first: Simulator, rate=None,
+                 memo: Memo | None = None) -> None:
         seeds = stream_seeds(inputs, req)
         rate = req.rps if rate is None else rate   # max-throughput searches at rates of its own
-        self.sims = [first] + [inputs.simulator(inputs.stream(rate, s), method, search=True) for s in seeds[1:]]
+        self.sims = [first] + [inputs.simulator(inputs.stream(rate, s), method, search=True, threads=first.threads)
+                               for s in seeds[1:]]
         self.tags = [None] if inputs.trace is not None else seeds   # each result's stream (a trace has no seed)
+        self.runs: Counter = Counter()   # simulations run, per design
+        self.stopped = lambda: False     # set to the lockstep's: a stopped plan runs no further stream
+        self.memo = memo                 # the points of a stopped run of the same plan, and where to keep them
 
     def run_points(self, points) -> list:
-        return worst_per_point([[replace(r, seed=k) for r in s.run_points(points)] for k, s in zip(self.tags, self.sims)])
+        return self._worst(points, lambda sim, pts: sim.run_points(pts), lambda pt: pt[0])
 
     def run_many(self, design: str, points) -> list:
-        return worst_per_point([[replace(r, seed=k) for r in s.run_many(design, points)] for k, s in zip(self.tags, self.sims)])
+        return self._worst(points, lambda sim, pts: sim.run_many(design, pts), lambda pt: design)
+
+    def _worst(self, points, run, design_of) -> list:
+        """Each point's worst result over the streams. A point that fails one stream fails them all, so
+        each next stream runs only the points that still pass (the worst failure is not sought).
+        A point the memo knows is not simulated again."""
+        points = list(points)
+        keys = [search_key(design_of(pt), pt[-2:]) for pt in points]
+        known = [self.memo.get(k) if self.memo is not None else None for k in keys]
+        worst = [k.result if k is not None else None for k in known]
+        runs = [k.runs if k is not None else 1 for k in known]
+        todo = [i for i, k in enumerate(known) if k is None]
+        for i, r in zip(todo, run(self.sims[0], [points[i] for i in todo]) if todo else []):
+            worst[i] = replace(r, seed=self.tags[0])
+        for tag, sim in zip(self.tags[1:], self.sims[1:]):
+            if self.stopped():
+                raise KeyboardInterrupt
+            live = [i for i in todo if worst[i].slo_met]
+            for i, r in zip(live, run(sim, [points[i] for i in live]) if live else []):
+                worst[i] = max(worst[i], replace(r, seed=tag), key=severity)
+                runs[i] += 1
+        for pt, n in zip(points, runs):
+            self.runs[design_of(pt)] += n
+        if self.memo is not None:
+            self.memo.put([Kept(keys[i], worst[i], runs[i]) for i in todo])
+        return worst
 
 
 def _confirm_sim(inputs: Inputs, req: PlanRequest, rate, seed: int) -> Simulator:
@@ -74,10 +106,11 @@ class Confirmer:
     """
 
     def __init__(self, inputs: Inputs, req: PlanRequest, search_method: str, pool=None, lockstep=None,
-                 search_over_seeds: bool = False) -> None:
+                 search_over_seeds: bool = False, memo: Memo | None = None) -> None:
         self.inputs, self.req, self.search_method = inputs, req, search_method
         self.pool, self.lockstep = pool, lockstep
         self.search_over_seeds = search_over_seeds   # a search result is then the worst over all the seeds
+        self.memo = memo             # confirmations of a stopped run of the same plan, and where to keep them
         self.threshold = 1.0 - req.margin
         self._sims: dict = {}
         self._jobs: dict = {}        # (design, point, rate, seed) -> Future of the pool
@@ -102,7 +135,8 @@ class Confirmer:
 
     def prefetch(self, design: str, pt, rate) -> None:
         """Start confirming ``pt`` in the pool (on the first stream) before it is asked for."""
-        if self.pool is not None and self.req.confirm_method != self.search_method:
+        if self.pool is not None and self.req.confirm_method != self.search_method and (
+                self.memo is None or self.memo.get(confirm_key(design, pt, rate, self.req.seed)) is None):
             self._submit(design, pt, rate, self.req.seed)
 
     def searches_done(self) -> bool:
@@ -126,7 +160,10 @@ class Confirmer:
             if (s == req.seed and search_result is not None and req.confirm_method == self.search_method):
                 results.append(replace(search_result, seed=None if trace else s))   # the search ran it already
                 continue
-            if self.pool is not None:
+            kept = self.memo.get(confirm_key(design, pt, rate, s)) if self.memo is not None else None
+            if kept is not None:
+                results.append(kept.result)
+            elif self.pool is not None:
                 key = (design, tuple(pt), rate, s)
                 job = self._submit(*key)
                 with self.lockstep.away():   # the other searches go on meanwhile
@@ -137,6 +174,8 @@ class Confirmer:
             else:
                 results.append(self._sim(rate, s).run(design, *pt))
             results[-1] = replace(results[-1], seed=None if trace else s)
+            if kept is None and self.memo is not None:
+                self.memo.put([Kept(confirm_key(design, pt, rate, s), results[-1])])
             runs += 1
             if not passes(results[-1], self.threshold):
                 break

@@ -14,7 +14,8 @@ import numpy as np
 from splitwise_plan.errors import plural
 from splitwise_plan.inputs.designs import Design, get_design
 from splitwise_plan.planning.confirm import Confirmer, OverSeeds
-from splitwise_plan.planning.objectives import grid_limits, key_fn, point_text, pool_units, ratio_text, tightest_ratio
+from splitwise_plan.planning.explain import method_text, out_of_reach, out_of_reach_text, reference_label
+from splitwise_plan.planning.objectives import grid_limits, key_fn, point_text, pool_units, tightest_ratio
 from splitwise_plan.planning.request import Inputs, PlanRequest, default_batch
 from splitwise_plan.planning.result import DesignPlan
 from splitwise_plan.planning.streams import evaluated_rows, first_stream, stream_seeds
@@ -23,18 +24,23 @@ from splitwise_plan.sim.simulator import FEW_CACHES, Simulator, cpu_cores
 
 
 def plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockstep: Lockstep | None = None,
-             pool=None, sim: Simulator | None = None) -> DesignPlan:
+             pool=None, sim: Simulator | None = None, over: OverSeeds | None = None, memo=None) -> DesignPlan:
     """The best machine counts of ``design`` at the goal's rate: search, then confirm.
 
     In a ``lockstep`` the search's simulations run batched with other designs' (see
     :func:`~splitwise_plan.planning.planner._plan_group`); a ``pool`` then runs its confirmations.
-    ``sim``: the search's simulator at the goal's rate, if the caller has one.
+    ``sim``: the search's simulator at the goal's rate, if the caller has one; ``over``: the
+    lockstep's simulations over the seeds' streams (which count the simulations run per design);
+    ``memo``: the simulations of a stopped run of the same plan (a :class:`~.memo.Memo`), and where to keep new ones.
     """
     t0 = time.perf_counter()
     d = get_design(design)
     if sim is None:
         sim = inputs.simulator(inputs.stream(req.rps, req.seed), method, search=True)
-    s = _IsoSearch(inputs, req, d, method, sim, lockstep, pool, t0)
+    s = _IsoSearch(inputs, req, d, method, sim, lockstep, pool, t0, over, memo)
+    missed = out_of_reach(sim, d)
+    if missed:   # no machine count meets these SLOs: nothing to search
+        return s._answer("infeasible", note=out_of_reach_text(missed, reference_label(sim.slos)))
     while True:
         sr = search(s.ev, s.space, req.strategy, exclude=s.excluded, **s.opts)
         if sr.best is None:
@@ -52,16 +58,17 @@ def plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockste
 
 
 def _evaluator(inputs: Inputs, req: PlanRequest, d: Design, method: str, sim: Simulator, lockstep,
-               over_seeds: bool) -> Evaluator:
+               over_seeds: bool, memo=None) -> tuple[Evaluator, OverSeeds | None]:
     """The search's evaluator of ``d``: batched in the ``lockstep``, else over every seed's stream
-    (``over_seeds``, when there are several), else the simulator ``sim`` itself."""
+    (``over_seeds``, when there are several), else the simulator ``sim`` itself; and the
+    :class:`OverSeeds` it runs on, if its own."""
     jobs = max(1, req.jobs if req.jobs > 0 else 1)
     if lockstep is not None:
-        return Evaluator(run=lockstep.client(d.name), threshold=1.0 - req.margin)
-    if over_seeds and len(stream_seeds(inputs, req)) > 1:
-        seeds = OverSeeds(inputs, req, method, sim)
-        return Evaluator(run=lambda pts: seeds.run_many(d.name, pts), threshold=1.0 - req.margin)
-    return Evaluator(sim, d.name, method, jobs=jobs, threshold=1.0 - req.margin)
+        return Evaluator(run=lockstep.client(d.name), threshold=1.0 - req.margin), None
+    if over_seeds and (len(stream_seeds(inputs, req)) > 1 or memo is not None):
+        seeds = OverSeeds(inputs, req, method, sim, memo=memo)
+        return Evaluator(run=lambda pts: seeds.run_many(d.name, pts), threshold=1.0 - req.margin), seeds
+    return Evaluator(sim, d.name, method, jobs=jobs, threshold=1.0 - req.margin), None
 
 
 class _IsoSearch:
@@ -69,7 +76,7 @@ class _IsoSearch:
     simulator rejected so far: the state :func:`plan_iso` carries from one candidate to the next."""
 
     def __init__(self, inputs: Inputs, req: PlanRequest, d: Design, method: str, sim: Simulator, lockstep,
-                 pool, t0: float) -> None:
+                 pool, t0: float, over: OverSeeds | None = None, memo=None) -> None:
         self.inputs, self.req, self.d, self.method, self.sim, self.t0 = inputs, req, d, method, sim, t0
         self.rate = rate = req.rps if req.rps is not None else inputs.trace.rate
         cm = capacity_model(sim, d)
@@ -84,11 +91,11 @@ class _IsoSearch:
         # the search's simulations cover every seed's stream, but with a storage (whose workers
         # simulate the first stream's trials for any request)
         over_seeds = req.storage is None
-        self.streams = len(stream_seeds(inputs, req)) if over_seeds else 1   # simulations a search point costs
-        self.ev = _evaluator(inputs, req, d, method, sim, lockstep, over_seeds)
-        self.confirm = Confirmer(inputs, req, method, pool, lockstep, search_over_seeds=over_seeds)
+        self.ev, own = _evaluator(inputs, req, d, method, sim, lockstep, over_seeds, memo)
+        self.over = over if lockstep is not None else own   # counts the search's simulations, if not ev
+        self.confirm = Confirmer(inputs, req, method, pool, lockstep, search_over_seeds=over_seeds, memo=memo)
         self.excluded: list = []
-        self.rejected: list = []   # "p+t (search ratio -> confirm ratio)"
+        self.rejected: list = []   # (point text, its confirmed tightest SLO ratio)
         self.base = dict(design=d.name, short=d.short, rate=float(rate), bound=bound.value,
                          grid_size=self.space.size, candidates=self.space.candidates())
         self.opts = self._search_options(pool)
@@ -113,7 +120,8 @@ class _IsoSearch:
 
     def _answer(self, status: str, **fields) -> DesignPlan:
         """The design's answer: ``status`` and ``fields``, with what the search and confirmation ran."""
-        return DesignPlan(status=status, evaluations=self.ev.evaluations * self.streams,
+        runs = self.ev.evaluations if self.over is None else self.over.runs[self.d.name]
+        return DesignPlan(status=status, evaluations=runs,
                           confirmations=self.confirm.runs, confirmed=self.confirm.confirmed(self.rate),
                           seconds=time.perf_counter() - self.t0,
                           evaluated=evaluated_rows(self.ev, self.rate, first_stream(self.inputs, self.req)),
@@ -126,42 +134,48 @@ class _IsoSearch:
                 f"no design within {self.p_max} prompt x {self.t_max} token machines meets the SLOs")
         note += (f" with the {req.margin:.0%} margin" if req.margin > 0 else "") + _too_big(self.sim, d)
         if self.excluded:
-            note += f" (confirmation rejected {', '.join(point_text(d, pt) for pt in self.excluded)})"
+            note += f"; {self._rejected_text()}"
         return self._answer("unconfirmed" if self.excluded else "infeasible", note=note)
 
     def reject(self, best, worst) -> None:
         """The confirm simulator failed ``best`` (its worst result ``worst``): exclude it from the search."""
         self.excluded.append(best)
         point = point_text(self.d, best)
-        self.rejected.append(f"{point} ({ratio_text(tightest_ratio(self.ev.cache.get(best)))} -> "
-                             f"{ratio_text(tightest_ratio(worst))})")
+        self.rejected.append((point, tightest_ratio(worst)))
 
     def unconfirmed(self, best, worst) -> DesignPlan:
         """The last candidate allowed was rejected too: the design is unconfirmed."""
         return self._answer("unconfirmed", prompt=best[0], token=best[1], cost=worst.cost, power=worst.power,
                             result=worst,
-                            note=f"all {len(self.excluded)} candidates failed confirmation: {', '.join(self.rejected)}")
+                            note=f"all {len(self.excluded)} candidates {self._rejected_text()}")
 
     def held(self, best, worst) -> DesignPlan:
         """The confirm simulator holds ``best``: the answer, once walked down to the confirm simulator's
         own optimum (when it is another simulator than the search's)."""
         d, req = self.d, self.req
         p, t = best
-        note = f"rejected by confirmation: {', '.join(self.rejected)}" if self.rejected else ""
+        note = self._rejected_text()
+        search, confirm = method_text(self.method), method_text(req.confirm_method)
         if d.is_baseline and req.confirm_method != self.method:
             refined, worst = self._refine_baseline(p, worst)
             if refined < p:
-                note = (note + "; " if note else "") + (
-                    f"the confirm simulator holds with {refined} machines (search: {p})")
+                note = (note + "; " if note else "") + f"{confirm} holds {refined} machines, fewer than {search}'s {p}"
                 p = refined
         elif req.confirm_method != self.method:
             (p2, t2), worst = _descend(self.confirm, d.name, (p, t), worst, self.key, self.space, self.excluded,
                                        req.rps, self.ev.cache, _far_tries(self.sim, d), probe=self.ev)
             if (p2, t2) != (p, t):
-                note = (note + "; " if note else "") + (
-                    f"the confirm simulator holds with {p2}+{t2} (search: {p}+{t})")
+                note = (note + "; " if note else "") + f"{confirm} holds {p2}+{t2}, cheaper than {search}'s {p}+{t}"
                 p, t = p2, t2
         return self._answer("ok", prompt=p, token=t, cost=worst.cost, power=worst.power, result=worst, note=note)
+
+    def _rejected_text(self) -> str:
+        """The points the search passed and confirmation failed, with their tightest SLO's share of its limit."""
+        if not self.rejected:
+            return ""
+        points = ", ".join(f"{pt} ({ratio:.0%})" for pt, ratio in self.rejected)
+        return (f"{method_text(self.method)} passed and {method_text(self.req.confirm_method)} failed {points} "
+                f"(tightest SLO as a share of its limit)")
 
     def _refine_baseline(self, p: int, worst):
         """(machines, worst result) of the confirm simulator's optimum of a baseline held at ``p``.

@@ -28,9 +28,9 @@ PLAN_OPTIONS: dict[str, Option] = {
                          "Default: min-cost, or max-throughput when a budget is given."),
     "rps": Option(None, "Requests per second to hold (iso-throughput goals)."),
     "budget_power": Option(None, "Power budget: machines, e.g. 40xH100, or a number in the machine catalog's units "
-                                 "(a DGX-H100 is 44; see `splitwise-plan machines`) (max-throughput)."),
+                                 "(a DGX-H100 is 10.2 kW; see `splitwise-plan machines`) (max-throughput)."),
     "budget_cost": Option(None, "Cost budget: machines, e.g. 40xH100, or a number in the machine catalog's units "
-                                "(a DGX-H100 is 4.76; see `splitwise-plan machines`) (max-throughput)."),
+                                "(a DGX-H100 is 88.24 USD/h; see `splitwise-plan machines`) (max-throughput)."),
     "model": Option("bloom-176b", "Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may "
                                   "be your own)."),
     "workload": Option("coding", "coding, conversation, or a trace CSV (Azure or reference format) to draw sizes "
@@ -43,7 +43,8 @@ PLAN_OPTIONS: dict[str, Option] = {
                                        "baseline:MACHINE."),
     "duration": Option(120.0, "Length of the generated stream, seconds."),
     "seed": Option(0, "Seed of the request stream."),
-    "seeds": Option(1, "Plan over this many streams (seed..seed+K-1): search and confirm on their worst."),
+    "seeds": Option(3, "Plan over this many independent streams (seed..seed+K-1): an answer holds on their worst. "
+                       "1 is the paper's single-stream method (a --trace is one stream)."),
     "jobs": Option(0, "Parallel workers (0: all cores)."),
     "tp": Option(8, "Tensor parallelism of the model on a machine."),
     "strategy": Option("frontier", "Search: frontier, optuna or exhaustive."),

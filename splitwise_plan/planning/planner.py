@@ -32,18 +32,20 @@ from splitwise_plan.inputs.designs import MAX_POOL, get_design
 from splitwise_plan.planning.budget import plan_budget
 from splitwise_plan.planning.confirm import OverSeeds, Pool
 from splitwise_plan.planning.iso import plan_iso
-from splitwise_plan.planning.objectives import gains, rank_key
+from splitwise_plan.planning.memo import Memo
+from splitwise_plan.planning.objectives import gains, rank_key, tightest_ratio
 from splitwise_plan.planning.request import Inputs, PlanRequest, input_label
 from splitwise_plan.planning.result import DesignPlan, PlanResult
-from splitwise_plan.search import WAKE_S, Lockstep
+from splitwise_plan.planning.streams import severity, stream_seeds
+from splitwise_plan.search import WAKE_S, Lockstep, passes
 from splitwise_plan.sim.simulator import cpu_cores, starting_workers
 
 
-def _plan_one(inputs: Inputs, req: PlanRequest, design: str, method: str) -> DesignPlan:
+def _plan_one(inputs: Inputs, req: PlanRequest, design: str, method: str, memo: Memo | None = None) -> DesignPlan:
     """One design's answer under the request's goal (a joblib worker's task)."""
     if req.goal == "max-throughput":
         return plan_budget(inputs, req, design, method)
-    return plan_iso(inputs, req, design, method)
+    return plan_iso(inputs, req, design, method, memo=memo)
 
 
 def _awaited(get, timed_out: type):
@@ -57,20 +59,24 @@ def _awaited(get, timed_out: type):
             pass
 
 
-def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=None, on_design=None) -> list:
+def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=None, on_design=None,
+                threads: int = 1, memo: Memo | None = None) -> list:
     """Plan designs of one kind (Splitwise or baseline) together: one search thread per design,
     their simulations batched a round at a time (:class:`Lockstep`), so the fluid simulator's
-    per-request loop runs once a round for all of them. ``pool`` runs the confirmations."""
+    per-request loop runs once a round for all of them, ``threads`` designs side by side.
+    ``pool`` runs the confirmations; ``memo`` knows and keeps their simulations."""
     import queue
     import threading
 
-    sim = inputs.simulator(inputs.stream(req.rps, req.seed), method, search=True)
-    lockstep = Lockstep(OverSeeds(inputs, req, method, sim).run_points)
+    sim = inputs.simulator(inputs.stream(req.rps, req.seed), method, search=True, threads=threads)
+    over = OverSeeds(inputs, req, method, sim, memo=memo)
+    lockstep = Lockstep(over.run_points)
+    over.stopped = lockstep.stopped
     done: queue.Queue = queue.Queue()
 
     def work(name):
         try:
-            done.put(plan_iso(inputs, req, name, method, lockstep, pool, sim))
+            done.put(plan_iso(inputs, req, name, method, lockstep, pool, sim, over, memo))
         except BaseException as exc:   # reported in the calling thread
             done.put(exc)
         finally:
@@ -121,13 +127,18 @@ def _keeps_optuna_logging(fn):
 
 
 @_keeps_optuna_logging
-def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, **kwargs) -> PlanResult:
+def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, memo: Memo | None = None,
+         **kwargs) -> PlanResult:
     """Plan every requested design under the goal; see :class:`PlanRequest` for the options.
 
     ``plan(goal="min-cost", rps=70)`` or ``plan(PlanRequest(...))``. ``on_design(DesignPlan)``,
     if given, is called in the calling process as each design finishes (for progress bars).
     ``done`` ({design name: DesignPlan}) holds designs already planned for the same request (a
     stopped run's), taken as they are: a design's answer does not depend on the others planned.
+    ``memo`` (a :class:`~splitwise_plan.planning.memo.Memo`) holds the simulations a stopped run of the
+    same request ran, and keeps the new ones as they finish: the designs it was planning resume their
+    searches where they were (those planned in the main process: the Splitwise designs of a fluid
+    search, or every design on one core).
     """
     t0 = time.perf_counter()
     req, done = _request_of(request, on_design, done, kwargs)
@@ -143,11 +154,34 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, **
             on_design(p)
 
     order = _to_plan(req, inputs, done, collect)
-    _run(inputs, req, order, method, collect)
+    _run(inputs, req, order, method, collect, memo)
     ranked = tuple(sorted((by_name[n] for n in req.designs), key=rank_key(req.goal)))
     winner = ranked[0] if ranked and ranked[0].status == "ok" else None
+    stress = _at_higher_rate(inputs, req, winner) if winner is not None else None
     return PlanResult(req, ranked, winner.design if winner else None, gains(ranked, winner, req.goal),
-                      method, time.perf_counter() - t0, inputs=inputs_block(req, inputs, method))
+                      method, time.perf_counter() - t0, inputs=inputs_block(req, inputs, method), stress=stress)
+
+
+#: How much above the goal's rate the winner is tried, to tell how near its verdict is to turning.
+STRESS_FACTOR = 1.05
+
+
+def _at_higher_rate(inputs: Inputs, req: PlanRequest, winner: DesignPlan) -> dict | None:
+    """The winner's verdict at the rate x :data:`STRESS_FACTOR` with the confirm method, the worst over
+    the plan's streams (None for max-throughput, whose winner's rate is its limit already)."""
+    if req.goal == "max-throughput":
+        return None
+    rate = winner.rate * STRESS_FACTOR
+    results = []
+    for s in stream_seeds(inputs, req):
+        sim = inputs.simulator(inputs.stream(rate, s), req.confirm_method)
+        results.append(replace(sim.run(winner.design, winner.prompt, winner.token),
+                               seed=None if inputs.trace is not None else s))
+        if not passes(results[-1], 1.0 - req.margin):
+            break
+    worst = max(results, key=severity)
+    return {"factor": STRESS_FACTOR, "rate_rps": rate, "slo_met": passes(worst, 1.0 - req.margin),
+            "headroom": 1.0 - tightest_ratio(worst), "result": worst}
 
 
 def _request_of(request: PlanRequest | None, on_design, done, kwargs: dict) -> tuple[PlanRequest, dict]:
@@ -203,7 +237,7 @@ def _to_plan(req: PlanRequest, inputs: Inputs, done: dict, collect) -> list:
                   key=lambda n: _WORK_ORDER.index(n) if n in _WORK_ORDER else 99)
 
 
-def _run(inputs: Inputs, req: PlanRequest, order: list, method: str, collect) -> None:
+def _run(inputs: Inputs, req: PlanRequest, order: list, method: str, collect, memo: Memo | None = None) -> None:
     """Plan the designs of ``order``, each answer to ``collect`` as it comes: fluid searches in lockstep,
     else in parallel processes (``req.jobs``), else one after another."""
     jobs = req.jobs if req.jobs > 0 else cpu_cores()
@@ -212,15 +246,16 @@ def _run(inputs: Inputs, req: PlanRequest, order: list, method: str, collect) ->
         stream = inputs.trace if inputs.trace is not None else inputs.workload.generate(10.0, duration_s=10.0, seed=0)
         inputs.simulator(stream, "events").compile_kernels(order, {method, req.confirm_method})
     if method == "fluid" and req.goal != "max-throughput" and req.storage is None:
-        _run_groups(inputs, req, order, method, jobs, collect)
+        _run_groups(inputs, req, order, method, jobs, collect, memo)
     elif jobs > 1:
         _run_parallel(inputs, req, order, method, jobs, collect)
     else:
         for n in order:
-            collect(_plan_one(inputs, req, n, method))
+            collect(_plan_one(inputs, req, n, method, memo))
 
 
-def _run_groups(inputs: Inputs, req: PlanRequest, order: list, method: str, jobs: int, collect) -> None:
+def _run_groups(inputs: Inputs, req: PlanRequest, order: list, method: str, jobs: int, collect,
+                memo: Memo | None = None) -> None:
     """Designs of a kind share each fluid round; with two or more cores the baselines run in
     a second process meanwhile, and the Splitwise confirmations in a third."""
     groups = [g for g in ([n for n in order if not get_design(n).is_baseline],
@@ -233,7 +268,7 @@ def _run_groups(inputs: Inputs, req: PlanRequest, order: list, method: str, jobs
             pool = Pool(ProcessPoolExecutor(2))
             other = pool.submit(_plan_group, inputs, sub, groups[1], method)
         try:
-            _plan_group(inputs, sub, groups[0], method, pool, collect)
+            _plan_group(inputs, sub, groups[0], method, pool, collect, threads=jobs, memo=memo)
             for p in _awaited(other.result, FutureTimeout):
                 collect(p)
         except BaseException:   # Ctrl-C (a notebook's interrupt too): the side process stops now
@@ -245,7 +280,7 @@ def _run_groups(inputs: Inputs, req: PlanRequest, order: list, method: str, jobs
         pool.close()
     else:
         for g in groups:
-            _plan_group(inputs, sub, g, method, None, collect)
+            _plan_group(inputs, sub, g, method, None, collect, threads=jobs, memo=memo)
 
 
 def _run_parallel(inputs: Inputs, req: PlanRequest, order: list, method: str, jobs: int, collect) -> None:

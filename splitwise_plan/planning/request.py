@@ -365,12 +365,12 @@ class Inputs:
         from splitwise_plan.inputs.workloads import nonempty
         return nonempty(self.workload.generate(rate, duration_s=self.duration, seed=seed), rate, self.duration, seed)
 
-    def simulator(self, stream, method: str, search: bool = False) -> Simulator:
+    def simulator(self, stream, method: str, search: bool = False, threads: int = 1) -> Simulator:
         """A simulator of the inputs; a ``search`` one stops a design once an SLO can no longer hold
-        (only its verdict counts there)."""
+        (only its verdict counts there); ``threads``: designs its fluid batches run side by side."""
         return Simulator(stream, self.model, tensor_parallel=self.tp, profiles=self.profiles,
                          machines=self.machines, slos=self.slos, scheduler=self.scheduler, method=method,
-                         stop_early=search)
+                         stop_early=search, threads=threads)
 
 
 def stream_of(req: PlanRequest, trace_s: float | None = None) -> tuple:

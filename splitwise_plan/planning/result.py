@@ -132,6 +132,9 @@ class PlanResult:
     seconds: float = field(compare=False)
     #: the report's ``inputs`` block, made as the plan ran (its files then, not as they are later)
     inputs: dict | None = field(default=None, compare=False, repr=False)
+    #: the winner's verdict at a higher rate (the planner's ``STRESS_FACTOR``): factor, rate_rps, slo_met,
+    #: headroom and the worst ``result`` over the streams; None without a winner, or for max-throughput
+    stress: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def trace_s(self) -> float | None:
@@ -176,4 +179,16 @@ class PlanResult:
                 "confirm_method": r.confirm_method, "winner": self.winner, "gains": list(self.gains),
                 "evaluations": self.evaluations, "confirmations": self.confirmations,
                 "grid_size": self.grid_size, "seconds": round(self.seconds, 3),
+                "at_higher_rate": self._stress_dict(),
                 "designs": [d.to_dict(rate_bound=r.goal == "max-throughput") for d in self.designs]}
+
+    def _stress_dict(self) -> dict | None:
+        """:attr:`stress` as the JSON report has it."""
+        st = self.stress
+        if st is None:
+            return None
+        r = st["result"]
+        return {"factor": st["factor"], "rate_rps": json_number(st["rate_rps"]), "slo_met": bool(st["slo_met"]),
+                "slo_headroom": json_number(st["headroom"]), "seed": r.seed,
+                "tightest": None if not r.tightest else {
+                    k: (json_number(v) if isinstance(v, float) else v) for k, v in r.tightest.items()}}

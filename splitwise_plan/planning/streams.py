@@ -1,6 +1,5 @@
 """The streams a plan runs on, and the results it keeps of them: the seeds an answer must hold on
-(:func:`stream_seeds`; a trace is one stream), the worst result over them (:func:`severity`,
-:func:`worst_per_point`), results named by their stream (:func:`on_stream`, :func:`first_stream`), and
+(:func:`stream_seeds`; a trace is one stream), the worst result over them (:func:`severity`), results named by their stream (:func:`on_stream`, :func:`first_stream`), and
 the rows of every point a search simulated (:func:`evaluated_rows`: a :class:`DesignPlan`'s ``evaluated``).
 """
 
@@ -21,11 +20,6 @@ def stream_seeds(inputs: Inputs, req: PlanRequest) -> list[int]:
 def severity(r) -> tuple:
     """How badly a result misses: a failing one first, then by its tightest SLO ratio."""
     return not r.slo_met, tightest_ratio(r)
-
-
-def worst_per_point(results_by_seed: list) -> list:
-    """Per point, its worst result over the streams."""
-    return [max(rs, key=severity) for rs in zip(*results_by_seed)]
 
 
 def first_stream(inputs: Inputs, req: PlanRequest) -> int | None:

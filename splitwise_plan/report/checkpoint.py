@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -37,9 +38,14 @@ def _point_of(d: dict):
 
 
 def _design_of(d: dict):
-    """A plan's line: a design's answer, keyed by the design's name."""
+    """A plan's line: a design's answer, keyed by the design's name; or a simulation of a design it was
+    planning when stopped (a :class:`~splitwise_plan.planning.memo.Kept`), keyed by what it answers."""
     from splitwise_plan.planning import DesignPlan
+    from splitwise_plan.planning.memo import Kept
 
+    if d.get("type") == "Kept":
+        k = Kept.from_record(d)
+        return k.key, k
     p = DesignPlan.from_record(d)
     if not isinstance(p.design, str):
         raise TypeError("not a design's answer")
@@ -47,8 +53,14 @@ def _design_of(d: dict):
 
 
 def _encode(x) -> dict:
-    """A line of either kind: a SimulationResult or a DesignPlan, each as its own record."""
+    """A line of any kind: a SimulationResult, a DesignPlan or a Kept simulation, each as its own record."""
     return x.to_record()
+
+
+def _pieces(results) -> int:
+    """How many of ``results`` are pieces of work (a sweep's points, a plan's designs), not simulations
+    kept of a design unfinished."""
+    return sum(1 for r in results if type(r).__name__ != "Kept")
 
 
 _DECODERS = {"sweep": _point_of, "plan": _design_of}
@@ -99,9 +111,11 @@ def stopped_note(ckpt: "Checkpoint | None", total: int, run: str, pieces: str, o
                 f"the {pieces} done beside it, and the same command goes on from them{also})")
     if ckpt.failed:
         return None
-    if not done and not ckpt.owned:
+    if not done and not ckpt.owned and not ckpt.simulations:
         return f"stopped before any of its {pieces} finished: nothing is kept"
-    return f"stopped: {done:,} of {total:,} {pieces} are kept in {ckpt.path}; the same command goes on from there"
+    sims = f", with {ckpt.simulations:,} simulations of the others" if ckpt.simulations and done < total else ""
+    return (f"stopped: {done:,} of {total:,} {pieces} are kept in {ckpt.path}{sims}; the same command goes on "
+            "from there")
 
 
 def path_for(*outputs) -> Path | None:
@@ -135,7 +149,9 @@ class Checkpoint:
         self.path, self.digest, self.say, self.kind = Path(path), digest, say, kind
         self.format = FORMAT.format(kind=kind)
         self.failed: str | None = None   # why the file could not be written (the run goes on without it)
-        self.kept = 0                    # results the file holds
+        self.kept = 0                    # results the file holds (a sweep's points, a plan's designs)
+        self.simulations = 0             # and simulations of a plan's designs unfinished
+        self._lock = threading.RLock()   # a plan's search threads keep their simulations as they finish
         self.owned = False               # the file is this run's: started by it, or found to be its own
         self.loaded: dict = {}           # what load() found of this run's (to keep when the file is rewritten)
         self._other: tuple | None = None   # (why a file found there is not this run's, whether it holds work)
@@ -205,7 +221,8 @@ class Checkpoint:
                 done[key] = r
             except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
                 continue                       # cut short by a crash, or not a result
-        self.owned, self.kept, self.loaded = True, len(done), done
+        self.owned, self.kept, self.loaded = True, _pieces(done.values()), done
+        self.simulations = len(done) - self.kept
         return done
 
     def _set_aside(self, why: str) -> str:
@@ -230,13 +247,15 @@ class Checkpoint:
             self._other = None
             if has_work:
                 self._note(self._set_aside(why))
+        kept = list(kept)
         lines = [json.dumps({"format": self.format, "version": VERSION, "fingerprint": self.digest})]
         lines += [json.dumps(_encode(r)) for r in kept]
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             tmp.write_text("\n".join(lines) + "\n")
             os.replace(tmp, self.path)
-            self.kept, self.owned = len(lines) - 1, True
+            self.kept, self.owned = _pieces(kept), True
+            self.simulations = len(kept) - self.kept
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             self._fail(exc)
@@ -245,9 +264,10 @@ class Checkpoint:
         """Add finished results, starting the file first (with what :meth:`load` found of this run's) if
         they are the run's first: only work done makes the file the run's, so a run stopped before any,
         or by bad input, leaves another run's file where it was."""
-        if not self.owned and not self.failed:
-            self.start(self.loaded.values())
-        self.add(results)
+        with self._lock:
+            if not self.owned and not self.failed:
+                self.start(self.loaded.values())
+            self.add(results)
 
     def finish(self, others: list, pieces: str) -> None:
         """The run's outputs are written: remove the file, unless it holds ``others`` (``pieces`` that
@@ -260,15 +280,22 @@ class Checkpoint:
 
     def add(self, results: Iterable) -> None:
         """Append finished results and push them to disk (nothing once writing has failed)."""
+        results = list(results)
+        lines = [json.dumps(_encode(r)) + "\n" for r in results]
+        with self._lock:
+            self._append(results, lines)
+
+    def _append(self, results: list, lines: list) -> None:
         if self.failed:
             return
-        lines = [json.dumps(_encode(r)) + "\n" for r in results]
         try:
             with self.path.open("a") as f:
                 f.write("".join(lines))
-                f.flush()
-                os.fsync(f.fileno())
-            self.kept += len(lines)
+                f.flush()   # (a stopped or killed process loses nothing written)
+                if _pieces(results):   # and a crashed machine loses no finished piece (a plan's simulations
+                    os.fsync(f.fileno())   # come too often to wait for the disk each time)
+            self.kept += _pieces(results)
+            self.simulations += len(results) - _pieces(results)
         except OSError as exc:
             self._fail(exc)
 

@@ -157,6 +157,10 @@ class Lockstep:
             finally:
                 self._cond.release()
 
+    def stopped(self) -> bool:
+        """Was :meth:`stop` called (a round in flight then ends at its next step)?"""
+        return isinstance(self._error, KeyboardInterrupt)
+
     def client(self, design: str) -> Callable[[list], list]:
         """An ``Evaluator`` run function for ``design``'s search."""
         def run(points: list) -> list:
