@@ -9,6 +9,7 @@ import math
 from splitwise_plan.errors import SplitwisePlanError, plural
 from splitwise_plan.inputs.designs import get_design
 from splitwise_plan.planning import Inputs, PlanRequest, PlanResult, input_label, inputs_block, json_number, stream_of
+from splitwise_plan.planning.explain import binding, binding_text, seconds_text, slo_label
 from splitwise_plan.report.formats import machine_counts
 
 # --- rendering ---------------------------------------------------------------------------
@@ -36,7 +37,7 @@ def plan_title(req: PlanRequest, trace_s: float | None = None, budget: float | N
             + ("" if req.scheduler.is_reference else f", {req.scheduler.describe()}"))
 
 
-_TABLE_WIDTH = 150   # columns the ranking table needs to show every number whole
+_TABLE_WIDTH = 165   # columns the ranking table needs to show every number whole
 
 
 def _slo_columns(result: PlanResult) -> tuple[list, str]:
@@ -60,10 +61,14 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
     from rich.text import Text
 
     req = result.request
-    cols = ["#", "design", "prompt", "token"] + (["req/s"] if req.goal == "max-throughput" else []) + ["cost", "power"]
+    cost_unit, power_unit = plan_units(result)
+    limits = _limits(result)
+    cols = ["#", "design", "prompt", "token"] + (["req/s"] if req.goal == "max-throughput" else [])
+    cols += [f"cost\n{cost_unit}", f"power\n{power_unit}", "vs\nwinner"]
     cols += (["tightest\nSLO"] if compact else
-             [f"{m.upper()}\nP{p:g}" + (", s" if u == "seconds" else "") for m, p, u in slo_cols])
+             [f"{m.upper()}\nP{p:g}\n" + _limit_header(limits.get((m, p, u)), u) for m, p, u in slo_cols])
     cols += ["head-\nroom"] + ["sims"] * (compact < 2)
+    winner = result.get(result.winner) if result.winner is not None else None
     rows = []
     for i, dp in enumerate(result.designs, 1):
         row = [str(i), dp.design]
@@ -77,19 +82,19 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
         row += [str(dp.prompt), str(dp.token) if not get_design(dp.design).is_baseline else "-"]
         if req.goal == "max-throughput":
             row.append(f"{dp.rate:g}")
-        row += [f"{dp.cost:.2f}", f"{dp.power:.1f}"]
+        row += [f"{dp.cost:,.2f}", f"{dp.power:,.1f}", _versus(dp, winner, req.goal)]
         for m, p, u in ([tight] if tight else [(None,) * 3]) if compact else slo_cols:
             v = (r.slowdown if u == "slowdown" else r.latency_s).get(m, {}).get(p, float("nan")) if m else None
             cell = "-" if v is None else f"{v:.2f}" if u == "slowdown" else f"{v:.3g}"
             if compact:
-                cell = f"{m.upper()} P{p:g} {cell}" + (" s" if u == "seconds" else "") if m else cell
+                cell = f"{m.upper()} P{p:g} {cell}" + (" s" if u == "seconds" else "x") if m else cell
             elif tight == (m, p, u):
                 cell = f"[bold]{cell}*[/bold]"
             row.append(cell)
-        rows.append(row + [f"{dp.headroom:.0%}" if math.isfinite(dp.headroom) else "-"] + sims)   # -: unfinished requests
+        rows.append(row + [_percent(dp.headroom) if math.isfinite(dp.headroom) else "-"] + sims)   # -: unfinished requests
     table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s, result.budget)}", pad_edge=not compact)
     for k, c in enumerate(cols):
-        text = c in ("design", "tightest\nSLO")
+        text = c in ("design", "tightest\nSLO", "vs\nwinner")
         width = max((Text.from_markup(row[k]).cell_len for row in rows), default=1)
         table.add_column(c, justify="left" if text else "right", no_wrap=not compact and c == "design",
                          overflow="fold", min_width=None if text else width)
@@ -113,6 +118,47 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
     return table
 
 
+def plan_units(result: PlanResult) -> tuple[str, str]:
+    """(cost unit, power unit) of the machines the plan's designs use: ``USD/h`` and ``kW`` unless the
+    catalog names others."""
+    catalog = (result.inputs or {}).get("machine_catalog") or {}
+    used = {m for d in result.request.designs for m in get_design(d).machines}
+    units = {(m.get("cost_unit", "USD/h"), m.get("power_unit", "kW")) for name, m in catalog.items() if name in used}
+    return units.pop() if len(units) == 1 else ("mixed units",) * 2 if units else ("USD/h", "kW")
+
+
+def _limits(result: PlanResult) -> dict:
+    """{(metric, percentile, unit): limit} of the plan's SLOs (the paper's when unknown)."""
+    slos = (result.inputs or {}).get("slos")
+    if not slos:
+        from splitwise_plan.inputs.slos import load_slos
+        return {(s.metric, s.percentile, s.unit): s.limit for s in load_slos()}
+    return {(o["metric"], o["percentile"], o["unit"]): o["limit"] for o in slos["objectives"]}
+
+
+def _limit_header(limit, unit: str) -> str:
+    """An SLO column's limit under its name: ``<6x`` (a slowdown) or ``<2 s``."""
+    if limit is None:
+        return ""
+    return f"<{limit:g}x" if unit == "slowdown" else f"<{seconds_text(limit)}"
+
+
+def _percent(x: float) -> str:
+    """A share as a whole percent, a small one with a decimal (0.3%, not a flat 0%)."""
+    return f"{x:.1%}" if abs(x) < 0.02 and x != 0 else f"{x:.0%}"
+
+
+def _versus(dp, winner, goal: str) -> str:
+    """A design's goal figure against the winner's: ``winner``, ``+2.4%`` (cost or power), ``-30%`` (rate)."""
+    if winner is None or dp.status != "ok":
+        return "-"
+    if dp is winner:
+        return "winner"
+    key = {"min-cost": "cost", "min-power": "power", "max-throughput": "rate"}[goal]
+    mine, best = getattr(dp, key), getattr(winner, key)
+    return f"{mine / best - 1:+.1%}" if best else "-"
+
+
 def _check_plan_result(result, what: str) -> None:
     if not isinstance(result, PlanResult):   # a SimulationResult, say: its to_dict() is its JSON object
         raise SplitwisePlanError(f"{what} takes a plan's result (a PlanResult from plan()), got {result!r:.80}")
@@ -134,7 +180,6 @@ def render(result: PlanResult, console=None) -> None:
     con = console or Console()
     if console is None and (con.is_jupyter or not con.is_terminal) and con.width < _TABLE_WIDTH:
         con = Console(width=_TABLE_WIDTH)   # a notebook scrolls, a file or pipe has no width: no "..." cells
-    req = result.request
     slo_cols, reference = _slo_columns(result)
     table = _ranking_table(result, slo_cols, reference)
     wide = con.options.update(max_width=10 * _TABLE_WIDTH)   # the table's own width, not the console's
@@ -143,6 +188,7 @@ def render(result: PlanResult, console=None) -> None:
             break
         table = _ranking_table(result, slo_cols, reference, compact)
     con.print(table)
+    con.print(inputs_line(result))
     for dp in result.designs:
         if dp.note:
             con.print(f"  {dp.design}: {dp.note}")
@@ -151,14 +197,57 @@ def render(result: PlanResult, console=None) -> None:
         con.print("No design meets all SLOs." if simulated else
                   "No design could be planned (none was simulated): see the notes above.")
         return
-    w = result.get(result.winner)
+    for line in winner_lines(result):
+        con.print(line)
+
+
+def inputs_line(result: PlanResult) -> str:
+    """Every input the plan read, a file by its path and a built-in one said so."""
+    inp = result.inputs or {}
+    slos = inp.get("slo_file") or f"built-in ({(inp.get('slos') or {}).get('name', 'paper')})"
+    stream = (f"trace {inp['trace']}" if inp.get("trace") else
+              f"workload {inp.get('workload') or result.request.workload}"
+              + ("" if str(inp.get("workload") or "").endswith(".csv") else " (built-in)"))
+    cost_unit, power_unit = plan_units(result)
+    return (f"inputs: {stream}; SLOs {slos}; machines {inp.get('machines_file') or 'built-in'} ({cost_unit}, "
+            f"{power_unit}); profiles {inp.get('profiles_file') or 'built-in'}")
+
+
+#: Below this headroom a plan's answer is said to be fragile.
+THIN_HEADROOM = 0.02
+
+
+def winner_lines(result: PlanResult) -> list[str]:
+    """The winner in the planner's words: what it is and costs, the SLO and pool that bind it, how its
+    verdict holds at a higher rate, a warning when its headroom is thin, and its gains."""
+    req, w = result.request, result.get(result.winner)
     what = {"min-cost": "lowest cost", "min-power": "lowest power", "max-throughput": "highest throughput"}[req.goal]
-    counts = machine_counts(w.prompt, 0 if get_design(w.design).is_baseline else w.token)
+    d = get_design(w.design)
+    counts = machine_counts(w.prompt, 0 if d.is_baseline else w.token)
     rate = f" at {w.rate:g} req/s" if req.goal == "max-throughput" else ""
-    con.print(f"Winner ({what}): [bold]{w.design}[/bold], {counts}{rate}, cost {w.cost:.2f}, power {w.power:.1f}, "
-              f"headroom {w.headroom:.0%}")
-    for g in result.gains:
-        con.print(f"  {g}")
+    cost_unit, power_unit = plan_units(result)
+    streams = req.seeds if req.trace is None else 1
+    lines = [f"Winner ({what}): [bold]{w.design}[/bold], {counts}{rate}, {w.cost:,.2f} {cost_unit}, "
+             f"{w.power:,.1f} {power_unit}"]
+    if w.result is not None and w.result.tightest:
+        over = f" over {streams} streams" if streams > 1 else " on one stream"
+        lines.append(f"  binding SLO: {binding_text(binding(w.result, d))}; headroom {_percent(w.headroom)}{over}")
+    st = result.stress
+    if st is not None:
+        r = st["result"]
+        tight = r.tightest or {}
+        verdict = (f"holds, headroom {_percent(st['headroom'])}" if st["slo_met"] else
+                   f"fails: {slo_label(tight.get('metric', '?'), tight.get('percentile', 0))} at "
+                   f"{tight.get('ratio', float('nan')):.0%} of its limit")
+        lines.append(f"  at {st['rate_rps']:g} req/s (+{st['factor'] - 1:.0%}): {verdict}")
+        if not st["slo_met"]:
+            lines.append(f"  [bold]warning[/bold]: {st['factor'] - 1:.0%} more load breaks the SLOs: plan for the "
+                         f"rate you expect at its peak (--rps {st['rate_rps']:g}), or with --margin")
+    if math.isfinite(w.headroom) and w.headroom < THIN_HEADROOM:
+        lines.append(f"  [bold]warning[/bold]: headroom {_percent(w.headroom)} is under {THIN_HEADROOM:.0%}: the answer "
+                     f"rests on few requests at the tail; plan with --margin or more --seeds, or a longer --duration")
+    lines += [f"  {g}" for g in result.gains]
+    return lines
 
 
 # --- reports: JSON, CSV and plot ----------------------------------------------------------
@@ -260,9 +349,10 @@ def write_reports(result: PlanResult, *, json_path=None, csv_path=None, plot_pat
         rows = csv_rows(result)
         written.append(write_csv(csv_path, rows, csv_columns(result, rows)))
     if plot_path is not None:
-        from splitwise_plan.report.plots import write_plot
+        from splitwise_plan.report.plots import plan_marks, write_plot
         written.append(write_plot(plot_path, designs=comparison(result),
-                                  title=f"splitwise-plan: {plan_title(result.request, result.trace_s, result.budget)}"))
+                                  title=f"splitwise-plan: {plan_title(result.request, result.trace_s, result.budget)}",
+                                  **plan_marks(result)))
     if json_path is not None:
         written.append(write_json(json_path, plan_report(result)))
     return written

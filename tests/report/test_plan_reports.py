@@ -26,7 +26,7 @@ from splitwise_plan.planning import DesignPlan, PlanRequest, PlanResult, plan
 from splitwise_plan.report.plan import comparison, csv_columns, csv_rows, plan_report, plan_title, write_reports
 
 QUICK = ["--goal", "min-cost", "--rps", "10", "--designs", "HH,H100", "--duration", "20",
-         "--confirm-method", "fluid", "--jobs", "1"]
+         "--confirm-method", "fluid", "--jobs", "1", "--seeds", "1"]   # one stream: a CSV row per point, a count
 SLO_KEYS = {f"p{p}" for p in (50, 90, 99)}
 
 
@@ -62,6 +62,10 @@ def test_json_report_schema_inputs_and_designs(reports_dir):
     assert inp["duration_s"] == 20.0 and inp["requests"] > 0
     assert inp["slo_file"] is None and len(inp["slos"]["objectives"]) == 9
     assert {"dgx-a100", "dgx-h100"} <= set(inp["machine_catalog"])
+    from splitwise_plan.inputs.machines import BUILTIN_MACHINES
+    for name, m in inp["machine_catalog"].items():   # the built-in catalog's real numbers, with their units
+        assert (m["cost_unit"], m["power_unit"]) == ("USD/h", "kW"), name
+        assert (m["cost"], m["power"]) == pytest.approx((BUILTIN_MACHINES[name].cost, BUILTIN_MACHINES[name].power))
     assert inp["goal"] == "min-cost" and inp["designs"] == ["splitwise-hh", "baseline-h100"]
     assert inp["confirm_method"] == "fluid" and inp["method"] == "fluid"
     by_name = {d["design"]: d for d in doc["results"]}
@@ -81,6 +85,9 @@ def test_json_report_schema_inputs_and_designs(reports_dir):
     assert summary["winner"] in by_name and summary["goal"] == "min-cost"
     assert summary["winner"] == doc["results"][0]["design"]          # ranked by the goal
     assert all("vs baseline-h100" in g for g in summary["gains"])
+    higher = summary["at_higher_rate"]   # the winner checked at a higher rate than planned
+    assert higher["rate_rps"] == pytest.approx(10.0 * higher["factor"]) and higher["factor"] > 1
+    assert isinstance(higher["slo_met"], bool) and higher["seed"] == 0 and "ratio" in higher["tightest"]
     assert "NaN" not in (reports_dir / "p.json").read_text()
 
 
@@ -300,25 +307,44 @@ def test_a_terminal_too_narrow_for_the_nine_slos_shows_every_number_whole():
     import rich.console as rc
     res = plan(PlanRequest(goal="min-cost", rps=10, designs=("HH", "HHcap", "H100"), duration=10, jobs=1,
                            confirm_method="fluid"))
-    for width in (80, 100, 150, 200):   # 150: what render gives a notebook, which must show the nine
+    full = plan_reports._TABLE_WIDTH   # what render gives a notebook, which must show the nine
+    for width in (80, 100, full, 200):
         con = rc.Console(width=width, record=True, color_system=None)
         plan_reports.render(res, console=con)
         text = con.export_text()
         assert max(len(line) for line in text.splitlines()) <= width
         table = text[:text.index("└")]
         assert "…" not in table
-        for dp in res.designs:
-            row = next(line for line in table.splitlines() if f" {dp.design} " in line)   # whole, on one line
+        rows = []   # each design's row: its cells, each joined over the lines it wraps onto
+        for line in table.splitlines():
+            if not line.startswith("│"):
+                continue
+            parts = [c.strip() for c in line.split("│")[1:-1]] if line.endswith("│") else None
+            assert parts is not None, (width, line)   # not cut off at the right edge
+            if parts[0]:
+                rows.append([[c] if c else [] for c in parts])
+            else:
+                for cell, c in zip(rows[-1], parts):
+                    cell.extend([c] if c else [])
+        assert len(rows) == len(res.designs)
+        for dp, cells in zip(res.designs, rows):
+            # the design's name may wrap (on a narrow terminal it does); its numbers stay whole, on one line
+            assert "".join(cells[1]) == dp.design, (width, cells)
+            row = " ".join(" ".join(c) for c in cells)
+            numbers = [" ".join(c) for c in cells]
             r = dp.result
-            cells = [str(dp.prompt), f"{dp.cost:.2f}", f"{dp.power:.1f}", f"{dp.headroom:.0%}"]
-            assert all(f" {c} " in row.replace("│", " ") for c in cells), (width, row, cells)
+            h = dp.headroom
+            headroom = f"{h:.1%}" if abs(h) < 0.02 and h != 0 else f"{h:.0%}"   # a small one with a decimal
+            whole = [str(dp.prompt), f"{dp.cost:,.2f}", f"{dp.power:,.1f}", headroom]
+            assert all(c in numbers for c in whole), (width, numbers, whole)
             t = r.tightest
             value = f"{r.slowdown[t['metric']][t['percentile']]:.2f}"
-            if width < 150:
-                assert f"{t['metric'].upper()} P{t['percentile']:g} {value}" in row
+            if width < full:
+                assert f"{t['metric'].upper()} P{t['percentile']:g} {value}x" in numbers, (width, numbers)
                 assert "too narrow" in " ".join(text.split())
             else:
-                assert f"{value}*" in row and "P50" in table and "too narrow" not in text
+                assert "too narrow" not in " ".join(text.split()), f"the nine SLOs are not shown at {width} columns"
+                assert f"{value}*" in numbers and "P50" in table, (width, row)
 
 
 def test_an_infeasible_design_in_the_narrowest_table_has_no_count_in_its_headroom():
@@ -327,7 +353,9 @@ def test_an_infeasible_design_in_the_narrowest_table_has_no_count_in_its_headroo
     plan_reports.render(_result_with_infeasible_design(), console=con)
     text = con.export_text()
     assert "sims" not in text.split("└")[0] and "0+0" not in text   # the counts are the column dropped
-    row = next(line for line in text.splitlines() if "│ splitwise-" in line)
+    # the infeasible design (ranked 2nd) on its row's first line: its name wraps at this width
+    row = next(line for line in text.splitlines() if line.startswith("│") and line.split("│")[1].strip() == "2")
+    assert "splitwise-hh".startswith(row.split("│")[2].strip())
     assert row.replace("│", " ").split()[-1] == "-"
 
 
@@ -342,7 +370,8 @@ def test_the_table_shows_the_plans_own_slos(tmp_path):
     con = rc.Console(width=200, record=True, color_system=None)
     plan_reports.render(res, console=con)
     text = con.export_text()
-    assert "P95, s" in text and "P99.9" in text and "P50" not in text and "TBT" not in text
+    assert "P95" in text and "<3 s" in text and "P99.9" in text and "<8x" in text   # each with its limit
+    assert "P50" not in text and "TBT" not in text
     r = res.get("H100").result
     ttft, e2e = r.latency_s["ttft"][95], r.slowdown["e2e"][99.9]
     row = next(line for line in text.splitlines() if "baseline-h100" in line)
@@ -384,6 +413,15 @@ def test_no_report_overwrites_the_tools_own_data():
         assert path.read_bytes() == before
 
 
+def _stable(path):
+    """A plan's JSON report without what a run cannot repeat (its creation time, the seconds it took)."""
+    doc = json.loads(path.read_text())
+    doc.pop("created_utc"), doc["plan"].pop("seconds")
+    for d in doc["results"]:
+        d.pop("seconds")
+    return doc
+
+
 def test_a_stopped_plan_keeps_its_finished_designs_and_the_same_command_goes_on(capsys, monkeypatch, tmp_path):
     """Ctrl-C after two of four designs: they are kept beside the report (OUTPUT.partial); the same command
     plans only the two others and writes the report an uninterrupted run writes; then the file is gone."""
@@ -391,11 +429,11 @@ def test_a_stopped_plan_keeps_its_finished_designs_and_the_same_command_goes_on(
             "--search-method", "events", "--confirm-method", "events", "--jobs", "1", "--quiet"]
     planned, real = [], planner._plan_one
 
-    def stop_at_third(inputs, req, design, method):
+    def stop_at_third(inputs, req, design, method, *memo):
         if len(planned) == 2:
             raise KeyboardInterrupt
         planned.append(design)
-        return real(inputs, req, design, method)
+        return real(inputs, req, design, method, *memo)
 
     out = tmp_path / "p.json"
     monkeypatch.setattr(planner, "_plan_one", stop_at_third)
@@ -404,9 +442,9 @@ def test_a_stopped_plan_keeps_its_finished_designs_and_the_same_command_goes_on(
     assert code == 130 and not out.exists() and f"stopped: 2 of 4 designs are kept in {partial}" in err
     first = list(planned)
 
-    def counted(inputs, req, design, method):
+    def counted(inputs, req, design, method, *memo):
         planned.append(design)
-        return real(inputs, req, design, method)
+        return real(inputs, req, design, method, *memo)
 
     planned.clear()
     monkeypatch.setattr(planner, "_plan_one", counted)
@@ -417,17 +455,52 @@ def test_a_stopped_plan_keeps_its_finished_designs_and_the_same_command_goes_on(
     monkeypatch.setattr(planner, "_plan_one", real)
     assert run(capsys, *args, "--json", tmp_path / "fresh.json")[0] == 0
 
-    def stable(path):
-        doc = json.loads(path.read_text())
-        doc.pop("created_utc"), doc["plan"].pop("seconds")
-        for d in doc["results"]:
-            d.pop("seconds")
-        return doc
-    assert stable(out) == stable(tmp_path / "fresh.json")
+    assert _stable(out) == _stable(tmp_path / "fresh.json")
     # a plan with other inputs starts afresh, and moves the file it finds out of the way
     partial.write_text('{"format": "splitwise-plan plan checkpoint", "version": 1, "fingerprint": "x"}\n{}\n')
     code, _, err = run(capsys, *args[:-1], "--seed", "1", "--json", out)
     assert code == 0 and "made by a plan with other inputs" in err and (tmp_path / "p.json.partial.old").exists()
+
+
+def test_a_design_stopped_mid_search_resumes_from_its_simulations(capsys, monkeypatch, tmp_path):
+    """Ctrl-C in the middle of the designs' searches (none finished): their simulations so far are kept
+    beside the report; the same command simulates none of them again and writes the report an
+    uninterrupted run writes, simulation counts included."""
+    from splitwise_plan.sim.simulator import Simulator
+    args = ["--goal", "min-cost", "--rps", "20", "--designs", "HH,HA", "--duration", "20", "--seeds", "2",
+            "--jobs", "1", "--quiet"]
+    runs, real_points, real_run = [], Simulator.run_points, Simulator.run
+    stop_at: list = []
+
+    def points(self, pts, *a, **k):
+        pts = list(pts)
+        if stop_at and len(runs) >= stop_at[0]:
+            raise KeyboardInterrupt
+        runs.extend(pts)
+        return real_points(self, pts, *a, **k)
+
+    def one(self, *a, **k):
+        runs.append(a)
+        return real_run(self, *a, **k)
+
+    monkeypatch.setattr(Simulator, "run_points", points)
+    monkeypatch.setattr(Simulator, "run", one)
+    assert run(capsys, *args, "--json", tmp_path / "fresh.json")[0] == 0
+    full = len(runs)
+    runs.clear()
+    stop_at.append(full // 3)
+    out, partial = tmp_path / "p.json", tmp_path / "p.json.partial"
+    code, _, err = run(capsys, *args[:-1], "--json", out)
+    assert code == 130 and not out.exists(), err
+    assert f"stopped: 0 of 2 designs are kept in {partial}, with " in err and "simulations of the others" in err
+    before = len(runs)
+    runs.clear()
+    stop_at.clear()
+    code, _, err = run(capsys, *args[:-1], "--json", out)
+    assert code == 0 and "resuming: 0 of 2 designs kept" in err and not partial.exists(), err
+    assert len(runs) <= full - before + 2   # (a round cut short by the stop is run again)
+
+    assert _stable(out) == _stable(tmp_path / "fresh.json")
 
 
 def test_a_stopped_plan_with_no_report_file_says_it_kept_nothing(capsys, monkeypatch):
@@ -458,7 +531,8 @@ def test_every_plan_row_names_its_stream(capsys, tmp_path, args):
                        "--csv", csv, "--quiet")
     assert code == 0, err
     rows = pd.read_csv(csv)
-    assert len(rows) > 1 and set(rows.seed) <= ({3, 4} if "--seeds" in args else {3})
+    seeds = int(args[args.index("--seeds") + 1]) if "--seeds" in args else PlanRequest(rps=1).seeds   # (the default)
+    assert len(rows) > 1 and set(rows.seed) <= set(range(3, 3 + seeds))
 
 
 def test_a_stopped_plans_designs_survive_bad_input_other_inputs_and_fewer_designs(capsys, monkeypatch, tmp_path):
@@ -472,17 +546,18 @@ def test_a_stopped_plans_designs_survive_bad_input_other_inputs_and_fewer_design
     calls = []
 
     def stop_after(k):
-        def plan_one(inputs, req, design, method):
+        def plan_one(inputs, req, design, method, *memo):
             if len(calls) == k:
                 raise KeyboardInterrupt
             calls.append(design)
-            return real(inputs, req, design, method)
+            return real(inputs, req, design, method, *memo)
         return plan_one
 
     monkeypatch.setattr(planner, "_plan_one", stop_after(1))
     assert run(capsys, *both)[0] == 130
     kept = partial.read_text()
-    assert calls == ["splitwise-hh"] and kept.count("\n") == 2
+    designs = [line for line in kept.splitlines() if '"type": "Kept"' not in line]   # (and its simulations)
+    assert calls == ["splitwise-hh"] and len(designs) == 2
     code, _, err = run(capsys, *both, "--slo", tmp_path / "nothere.toml")   # a typo: nothing moves
     assert code == 2 and partial.read_text() == kept and not old.exists()
     calls.clear()
@@ -525,10 +600,11 @@ def test_render_plan_writes_to_a_text_file_and_says_when_nothing_was_simulated()
     from dataclasses import replace
 
     from splitwise_plan import plan, render_plan
-    res = plan(goal="max-throughput", budget_cost=3, duration=10, designs="HH,A100", jobs=1)
+    from splitwise_plan.inputs.machines import BUILTIN_MACHINES
+    res = plan(goal="max-throughput", budget_cost="1xA100", duration=10, designs="HH,A100", jobs=1)   # not 2 H100
     buf = io.StringIO()
     render_plan(res, console=buf)
-    assert "the budget of 3 buys no complete splitwise-hh" in buf.getvalue()
+    assert f"the budget of {BUILTIN_MACHINES['dgx-a100'].cost:g} buys no complete splitwise-hh" in buf.getvalue()
     none = replace(res, designs=[d for d in res.designs if d.design == "splitwise-hh"])
     buf = io.StringIO()
     render_plan(none, console=buf)
