@@ -1,6 +1,7 @@
-"""The typer ``app`` every command hangs off, and how a run's errors end: a user error is one line
-``error: <message>`` on stderr with exit status 2 (its fields named by their options), an internal error
-one line with status 3, a closed reader of standard output status 141.
+"""The typer ``app`` every command hangs off, and how a run ends (:data:`EXIT_CODES`, in every command's
+help): 0 an answer; 1 no design meets the goal, or the gate fails; a user error is one line
+``error: <message>`` on stderr with exit status 2 (its fields named by their options); an internal error
+one line with status 3; a stop (Ctrl-C, SIGTERM) 130; a closed reader of standard output status 141.
 
 :class:`ReportCommand` gives a command an optional ``--json`` FILE and one-line option errors.
 """
@@ -20,8 +21,15 @@ from splitwise_plan.cli.options import optional_values
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.planning.options import option_name
 
+EXIT_OK = 0
+EXIT_NO_ANSWER = 1        # no design meets the goal (plan, capacity), or the gate fails (check)
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 3   # a bug: never 1, which check and capacity keep for "the SLOs fail"
+EXIT_INTERRUPTED = 130    # Ctrl-C, SIGTERM or SIGHUP (128 + SIGINT, as a shell reports it)
+
+#: The exit statuses, the same for every command: the epilog of each command's help.
+EXIT_CODES = ("Exit status: 0 an answer; 1 no design meets the goal, or the gate fails (check, capacity, "
+              "the plan); 2 bad input; 3 internal error (a bug); 130 interrupted (Ctrl-C, SIGTERM).")
 
 
 def _click_class(name: str) -> type:
@@ -70,8 +78,28 @@ def reader_gone() -> int:
     return EXIT_PIPE_CLOSED
 
 
+def plain_flags(params: list) -> list:
+    """``params`` with no ``<bool>`` placeholder in the help of their flags (``--quiet``, ``--help``):
+    a flag takes no value, so its help shows none."""
+    for p in params:
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+    return params
+
+
+class HelpCommand(TyperCommand):
+    """A command whose help shows no ``<bool>`` after its flags (the class of every command, see
+    :mod:`splitwise_plan.cli`)."""
+
+    def get_params(self, ctx):  # noqa: D102 - see plain_flags
+        return plain_flags(super().get_params(ctx))
+
+
 class _Group(TyperGroup):
     """Typer group that turns SplitwisePlanError from any command into exit status 2."""
+
+    def get_params(self, ctx):  # noqa: D102 - the root's flags: no <bool> in its help
+        return plain_flags(super().get_params(ctx))
 
     def parse_args(self, ctx, args):  # noqa: D102 - the root (planner) options: one line, exit 2
         try:
@@ -137,7 +165,10 @@ app = typer.Typer(
     name="splitwise-plan",
     help="Plan LLM inference clusters with split prompt and token machine pools (Splitwise, ISCA 2024).\n\n"
          "With no command, the options below plan one: splitwise-plan --goal min-cost --rps 70. "
-         "The commands simulate, sweep, check and capacity study one cluster design.",
+         "The commands simulate, sweep, check and capacity study one cluster design.\n\n"
+         "e.g. `splitwise-plan --goal min-cost --rps 50,70 --designs HH,A100` (one plan per rate), "
+         "`splitwise-plan --budget-power 40xH100`.",
+    epilog=EXIT_CODES,
     no_args_is_help=False,
     invoke_without_command=True,
     subcommand_metavar="[COMMAND [ARGS]...]",   # none: the planner
@@ -165,7 +196,7 @@ def console(stderr: bool = False) -> Console:
     return c
 
 
-class ReportCommand(TyperCommand):
+class ReportCommand(HelpCommand):
     """A command whose ``--json`` takes an optional FILE (bare ``--json`` = stdout) and whose
     option-parsing errors become one-line user errors (exit 2) instead of a usage box."""
 

@@ -34,7 +34,10 @@ def help_cmd(ctx: typer.Context, command: Optional[str] = typer.Argument(
 
 @app.command("version")
 def version_cmd() -> None:
-    """Print the splitwise-plan version."""
+    """Print the splitwise-plan version.
+
+    e.g. `splitwise-plan version`.
+    """
     typer.echo(__version__)
 
 
@@ -46,7 +49,10 @@ def profiles_cmd(
              "token_time, tensor_parallel; times in ms). Default: the shipped perf_model.csv."),
     seed: int = typer.Option(0, "--seed", help="Seed of the 80:20 train:test split for the MAPE."),
 ) -> None:
-    """List the performance profiles and the latency model's held-out error (MAPE)."""
+    """List the performance profiles and the latency model's held-out error (MAPE).
+
+    e.g. `splitwise-plan profiles --profiles my_profiles.csv`.
+    """
     from splitwise_plan.perf.profiles import load_profiles, profile_accuracy
 
     ps = load_profiles(profiles)
@@ -81,7 +87,10 @@ def workloads_cmd(
     duration: float = typer.Option(120.0, "--duration", help="Length of the generated stream, seconds."),
     seed: int = typer.Option(0, "--seed", help="Seed of the generated stream."),
 ) -> None:
-    """List the workloads with request counts, trace rate and size statistics."""
+    """List the workloads with request counts, trace rate and size statistics.
+
+    e.g. `splitwise-plan workloads coding my_trace.csv --rps 70` (also a 70 req/s stream of each).
+    """
     from splitwise_plan.inputs.workloads import load_trace, load_workload, workload_names
 
     columns = []  # (title, summary, stream)
@@ -111,7 +120,10 @@ def slos_cmd(
     slos: Optional[Path] = typer.Option(
         None, "--slo", "--slos", metavar="FILE", help="SLO TOML file. Default: the paper's Table VI (slos/paper.toml)."),
 ) -> None:
-    """Show the latency SLOs a cluster design must meet (each strictly below its limit)."""
+    """Show the latency SLOs a cluster design must meet (each strictly below its limit).
+
+    e.g. `splitwise-plan slos --slo my_slos.toml`.
+    """
     from splitwise_plan.inputs.slos import load_slos
 
     s = load_slos(slos)
@@ -129,13 +141,35 @@ def machines_cmd(
     machines: Optional[Path] = typer.Option(
         None, "--machines-file", "--machines", metavar="FILE", help="Machine TOML file overriding or extending the builtins."),
 ) -> None:
-    """Show the machine types with GPUs, HBM, cost and provisioned power."""
-    from splitwise_plan.inputs.machines import GIB, load_machines
+    """Show the machine types with GPUs, HBM, price per hour, provisioned power and their sources.
 
-    table = Table(title="Machines (cost and power per machine, in the reference's relative units)")
-    for col in ("name", "hardware", "GPUs", "HBM/GPU GiB", "cost", "power"):
-        table.add_column(col, justify="left" if col in ("name", "hardware") else "right")
-    for m in load_machines(machines).values():
-        table.add_row(m.name, m.hardware, str(m.gpus), f"{m.hbm_bytes_per_gpu / GIB:g}",
-                      f"{m.cost:g}", f"{m.power:g}")
+    e.g. `splitwise-plan machines --machines-file examples/machines-paper.toml`.
+    """
+    from splitwise_plan.inputs.machines import GIB, catalog_units, load_machines
+
+    catalog = load_machines(machines)
+    try:   # one unit each: in the header; mixed (a file's own units for some machines): in each cell
+        cost_unit, power_unit = catalog_units(catalog)
+        units = {"cost": cost_unit, "power": power_unit}
+    except SplitwisePlanError:
+        units = None
+    table = Table(title="Machines (cost per machine-hour, provisioned power per machine)",
+                  caption=None if units else "The catalog mixes units: each number carries its own.")
+    columns = ("name", "hardware", "GPUs", "HBM/GPU GiB",
+               f"cost ({units['cost']})" if units else "cost", f"power ({units['power']})" if units else "power",
+               "base", "source")
+    for col in columns:
+        table.add_column(col, justify="right" if col[:3] in ("GPU", "HBM", "cos", "pow") else "left",
+                         overflow="fold")
+    for m in catalog.values():
+        cost, power = f"{m.cost:,.2f}", _plain(m.power)
+        if units is None:
+            cost, power = f"{cost} {m.cost_unit}", f"{power} {m.power_unit}"
+        table.add_row(m.name, m.hardware, str(m.gpus), f"{m.hbm_bytes_per_gpu / GIB:g}", cost, power,
+                      m.base or "", m.source)
     console().print(table)
+
+
+def _plain(value: float) -> str:
+    """A number with thousands separators and at most three decimals, never in scientific notation."""
+    return f"{value:,.3f}".rstrip("0").rstrip(".")

@@ -5,6 +5,7 @@ the catalogs, loaded and checked once, and the design's machine counts.
 from __future__ import annotations
 
 import dataclasses
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ class Inputs:
     scheduler: SchedulerConfig = SchedulerConfig()   # the KV transfer among them
     source: object = None   # the loaded workload the streams are drawn from (None for a trace)
     trace_rate: Optional[float] = None   # a trace time-scaled to ``rate`` (--trace with --rps): its own rate
+    trace_stream: object = None   # the trace as loaded (its own rate), which ``stream_at`` time-scales
 
     def simulator(self, stream=None, stop_early: bool = False):
         from splitwise_plan.sim.simulator import Simulator
@@ -70,6 +72,107 @@ class Inputs:
                 f"simulated with method {self.method}")
 
 
+def stream_at(inp: Inputs, rate: Optional[float], seed: Optional[int] = None):
+    """The stream of ``inp`` at ``rate`` req/s: the trace time-scaled to it (None: the trace as it is), or
+    a stream drawn from the workload over the inputs' duration with ``seed`` (a user error when it
+    holds no request, or more than this machine's memory simulates)."""
+    from splitwise_plan.inputs.workloads import nonempty
+    if inp.trace is not None:
+        base = inp.trace_stream
+        return base if rate is None or rate == base.rate else base.at_rate(rate)
+    seed = inp.seed if seed is None else seed
+    return nonempty(inp.source.generate(rate, duration_s=inp.duration_s, seed=seed), rate, inp.duration_s, seed)
+
+
+def with_stream(inp: Inputs, rate: Optional[float], seed: Optional[int] = None, stream=None) -> Inputs:
+    """A copy of ``inp`` whose stream is ``stream`` (default: :func:`stream_at` ``rate`` and ``seed``), and
+    its rate and seed that stream's (a trace: its rate, no seed)."""
+    stream = stream_at(inp, rate, seed) if stream is None else stream
+    if inp.trace is not None:
+        scaled = stream is not inp.trace_stream
+        return dataclasses.replace(inp, stream=stream, rate=stream.rate, duration_s=stream.duration_s,
+                                   trace_rate=inp.trace_stream.rate if scaled else None)
+    return dataclasses.replace(inp, stream=stream, rate=rate, seed=inp.seed if seed is None else seed)
+
+
+#: The analytic bound is the capacity model's best case (see :mod:`splitwise_plan.search.bound`) times
+#: this: a rate above it cannot hold, with room for the sampling of a drawn stream's sizes (a probe of
+#: BOUND_PROBE_REQUESTS draws them within 1% of the stream's own; 5% seed to seed at 2,000 requests).
+BOUND_SAFETY = 1.1
+BOUND_PROBE_REQUESTS = 200_000
+#: Streams of at most this many requests are simulated whatever the bound says (that is quick, and
+#: the sizes of a short stream can stray further from the workload's than the safety allows).
+BOUND_MIN_REQUESTS = 100_000
+
+
+def rate_bound(inp: Inputs, design: Design, prompt: int, token: int, rate: Optional[float],
+               seed: Optional[int] = None) -> float:
+    """A rate (req/s) that ``prompt`` + ``token`` machines of ``design`` cannot carry however they schedule
+    it: :data:`BOUND_SAFETY` times the most that the capacity model lets them carry (best-case work and
+    memory), on the trace time-scaled to ``rate`` itself, or on a probe of :data:`BOUND_PROBE_REQUESTS`
+    drawn from the workload over the inputs' duration (whose best case scales with the rate). Infinite
+    where the stream has no span to measure a rate over."""
+    from splitwise_plan.search import capacity_model
+    if inp.trace is not None:
+        probe = stream_at(inp, rate)
+    else:
+        probe = inp.source.generate(BOUND_PROBE_REQUESTS / inp.duration_s, duration_s=inp.duration_s,
+                                    seed=inp.seed if seed is None else seed)
+    if len(probe) == 0 or not probe.duration_s > 0:
+        return math.inf
+    cm = capacity_model(inp.simulator(probe), design)
+    return BOUND_SAFETY * float(cm.max_scale(prompt, token, hi=1e6, iters=64)) * probe.rate
+
+
+def expected_requests(inp: Inputs, rate: Optional[float]) -> float:
+    """The requests a stream of ``inp`` at ``rate`` holds (about, for a drawn one)."""
+    if inp.trace is not None:
+        return float(len(inp.trace_stream))
+    return float(rate) * inp.duration_s
+
+
+def above_bound(inp: Inputs, design: Design, prompt: int, token: int, rate: Optional[float],
+                seed: Optional[int] = None) -> Optional[float]:
+    """The analytic bound of :func:`rate_bound` when ``rate`` (a trace: its rate at it) is above it and
+    the stream is large enough to be bounded (:data:`BOUND_MIN_REQUESTS`), else None: simulate it."""
+    if expected_requests(inp, rate) <= BOUND_MIN_REQUESTS:
+        return None
+    asked = rate if rate is not None else inp.trace_stream.rate
+    bound = rate_bound(inp, design, prompt, token, rate, seed)
+    return bound if asked > bound else None
+
+
+def bound_line(rate: float, bound: float, label: str) -> str:
+    """Why a rate fails without a simulation: it is above what the cluster can carry at most."""
+    return (f"{rate:.10g} req/s is above the {bound:.4g} req/s {label} can carry at most (analytic bound, "
+            "not simulated)")
+
+
+def worst_of(results: list, threshold: float = 1.0) -> tuple:
+    """(the worst of ``results`` (one per seed), whether every one holds with the margin ``1 - threshold``):
+    the first that fails, else the one with the tightest SLO nearest its limit."""
+    from splitwise_plan.search import passes
+    failing = [r for r in results if not passes(r, threshold)]
+    if failing:
+        return failing[0], False
+    return max(results, key=lambda r: r.tightest.get("ratio", 0.0) if r.tightest else 0.0), True
+
+
+#: Seconds a request takes to simulate, about, by method (a cluster that keeps up; measured at 60 req/s
+#: on a 2-core machine: 2.7 us event by event, 1.3 us with the fluid model); a longer run is said first.
+SECONDS_PER_REQUEST = {"events": 3e-6, "fluid": 1.5e-6}
+LONG_RUN_S = 60.0
+
+
+def long_run_note(n: int, method: str, runs: int = 1) -> None:
+    """Say so, even with --quiet, when ``runs`` simulations of ``n`` requests will take over a minute."""
+    est = n * runs * SECONDS_PER_REQUEST.get(method, 3e-6)
+    if est > LONG_RUN_S:
+        faster = "; --method fluid is faster" if method == "events" else ""
+        note(f"note: {plural(n, 'request')}{f' x {runs} runs' if runs > 1 else ''} to simulate ({method}): about "
+             f"{est / 60:.0f} min{faster}", False)
+
+
 def check_method(method: str, auto: bool = False) -> str:
     """``--method`` in lower case; ``auto`` (where ``auto`` is allowed) stays ``auto``."""
     from splitwise_plan.sim.simulator import METHODS, fluid_available
@@ -97,8 +200,10 @@ def auto_method(inp: "Inputs", design: Design) -> "Inputs":
 def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], trace: Optional[Path],
                    duration: float, seed: int, slo: Optional[Path], machines_file: Optional[Path],
                    profiles: Optional[Path], method: str, need_stream: bool = True,
-                   allow_trace: bool = True, transfer: str = "serialized", bandwidth: float = 200.0) -> Inputs:
-    """Validate the shared inputs cheaply first (names, numbers), then load the files and the stream."""
+                   allow_trace: bool = True, transfer: str = "serialized", bandwidth: float = 200.0,
+                   quiet: bool = True) -> Inputs:
+    """Validate the shared inputs cheaply first (names, numbers), then load the files and the stream
+    (a large trace with a progress bar, unless ``quiet``)."""
     from splitwise_plan.inputs.machines import load_machines
     from splitwise_plan.inputs.models import get_model
     from splitwise_plan.inputs.slos import load_slos
@@ -122,20 +227,32 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     machines = load_machines(machines_file)
     profileset = ProfileSet.load(profiles)
     slos.reference_model(profileset, model)
-    stream, wl, wl_name, trace_rate = None, None, None, None
+    stream, wl, wl_name, trace_rate, trace_stream = None, None, None, None, None
     if trace is not None:
-        stream = load_trace(trace)
+        stream = _load_with_bar(load_trace, trace, "loading trace", quiet)
+        trace_stream = stream
         if rps is not None:   # the trace time-scaled to that rate, as a plan over a trace replays it at each rate
             trace_rate, stream = stream.rate, stream.at_rate(rps)
         rate, dur, seed_used = stream.rate, stream.duration_s, None
     else:
-        wl = load_workload(workload)
+        wl = _load_with_bar(load_workload, workload, "loading workload", quiet)
         wl_name = wl.name
         rate, dur, seed_used = rps, duration, seed
         if need_stream:
             stream = nonempty(wl.generate(rps, duration_s=duration, seed=seed), rps, duration)
     return Inputs(stream, model, int(tp), wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
-                  machines, profiles, profileset, method, scheduler, wl, trace_rate=trace_rate)
+                  machines, profiles, profileset, method, scheduler, wl, trace_rate=trace_rate,
+                  trace_stream=trace_stream)
+
+
+def _load_with_bar(load, path, what: str, quiet: bool):
+    """``load(path, on_progress)`` with a bar over the file's bytes (MB) once it lasts a second."""
+    with progress(None, f"{what} {path}", quiet=quiet) as bar:
+        def on_progress(done: int, total: int) -> None:
+            if bar.total is None:
+                bar.total = total / 1e6
+            bar.update(completed=done / 1e6, description=f"{what} {path} ({total / 1e6:,.0f} MB)")
+        return load(path, on_progress)
 
 
 def resolve_counts(design: Design, prompt: Optional[int], token: Optional[int],
@@ -199,6 +316,7 @@ def arrivals_bar(inp: Inputs, what: str, quiet: bool, stream=None):
     (a spinner for the fluid model); yields the callback the run reports its arrivals to."""
     events = inp.method == "events"
     n = len(stream if stream is not None else inp.stream)
+    long_run_note(n, inp.method)
     with progress(n if events else None, f"{what} ({inp.method})", quiet=quiet) as bar:
         yield (lambda k: bar.update(completed=k)) if events else None
         if events:

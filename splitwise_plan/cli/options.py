@@ -7,6 +7,7 @@ a file (standard output).
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Optional
 
@@ -14,6 +15,7 @@ import typer
 
 from splitwise_plan.errors import SplitwisePlanError, positive_number
 from splitwise_plan.planning.options import PLAN_OPTIONS, default
+from splitwise_plan.planning.request import MAX_SEEDS
 
 AUTO = "auto"   # --method of a grid: fluid where it reads the design reliably, else events
 
@@ -117,6 +119,12 @@ def opt_quiet():
     return typer.Option(False, "--quiet", "-q", rich_help_panel=OUT, help="No progress bar and no 'wrote FILE' notes.")
 
 
+def opt_model_override():
+    """``--model`` of the commands that read a cluster file: the file's model unless given."""
+    return typer.Option(None, "--model", help="Model to serve instead of the cluster file's (a what-if): "
+                                               "bloom-176b or llama2-70b.")
+
+
 def check_positive(value: float, flag: str) -> float:
     """A required option's positive finite value, or a user error naming ``flag``."""
     if value is None:
@@ -134,4 +142,58 @@ def opt_bandwidth(panel: Optional[str] = None):
     """``--bandwidth``, shared by the planner and the simulation commands."""
     return typer.Option(default("bandwidth"), "--bandwidth", metavar="GIB_S", rich_help_panel=panel,
                         help=PLAN_OPTIONS["bandwidth"].help)
+
+
+
+RATES_METAVAR = "R[,R...]"
+
+
+def opt_rps(what: str = "Request rate of the generated stream, req/s; with --trace, the trace time-scaled to "
+                        "this rate."):
+    """``--rps``: one rate or a comma list of them (``50,70``), each its own what-if."""
+    return typer.Option(None, "--rps", metavar=RATES_METAVAR,
+                        help=f"{what} A comma list (50,70) runs each rate in turn.")
+
+
+def parse_rates(text: Optional[str], flag: str = "--rps") -> Optional[list[float]]:
+    """The rates of ``--rps``: one number or a comma list (``50,70``), each positive and finite, in the
+    order given with repeats dropped; None when the option is not given."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
+        raise SplitwisePlanError(f"{flag} is empty; give a rate (req/s) or a comma list like 50,70")
+    rates: list[float] = []
+    for part in parts:
+        try:
+            value = float(part)
+        except ValueError:
+            raise SplitwisePlanError(f"{flag} {text!r}: {part!r} is not a number; give a rate (req/s) or a comma "
+                                     "list like 50,70") from None
+        rate = positive_number(value, flag)
+        if rate not in rates:
+            rates.append(rate)
+    return rates
+
+
+def opt_seeds():
+    """``--seeds`` of the commands that study one cluster: one stream unless asked (the planner's default
+    is its own, see planning/options.py)."""
+    return typer.Option(1, "--seeds", metavar="K",
+                        help="Simulate K streams (seeds seed..seed+K-1); the verdict is their worst.")
+
+
+def opt_margin():
+    return typer.Option(default("margin"), "--margin", metavar="M",
+                        help="An SLO holds only when its value/limit is below 1 - M (0.1: 10% to spare).")
+
+
+def check_seeds_margin(seeds: int, margin: float) -> float:
+    """A user error for a ``--seeds`` below 1 (or absurdly many) or a ``--margin`` outside [0, 1); the
+    threshold a result's tightest value/limit must stay below (1 - margin)."""
+    if seeds is None or not 1 <= seeds <= MAX_SEEDS:
+        raise SplitwisePlanError(f"--seeds must be a whole number from 1 to {MAX_SEEDS:,}, got {seeds}")
+    if margin is None or not math.isfinite(margin) or not 0 <= margin < 1:
+        raise SplitwisePlanError(f"--margin must be a number in [0, 1) (0.1 = 10% below each limit), got {margin:g}")
+    return 1.0 - margin
 

@@ -1,8 +1,9 @@
 """The planner's command: ``splitwise-plan --goal min-cost --rps 70`` (the root options, no subcommand).
 
 It builds a :class:`~splitwise_plan.planning.PlanRequest` from the options (whose defaults and checks
-live there), runs the plan with a progress bar per design, keeps finished designs in a checkpoint
-beside the first report file, then writes the reports and prints the ranking table.
+live there; one per rate of ``--rps 50,70``), runs the plan with a progress bar per design, keeps finished designs in a checkpoint
+beside the first report file, then writes the reports and prints the ranking table. It exits 1 when no design meets the goal (at one
+of the rates), as ``check`` does when its gate fails.
 """
 
 from __future__ import annotations
@@ -14,47 +15,60 @@ from typing import Optional
 import typer
 
 from splitwise_plan import __version__
-from splitwise_plan.cli.app import app, console
-from splitwise_plan.cli.options import STDOUT, opt_bandwidth, opt_transfer
+from splitwise_plan.cli.app import EXIT_NO_ANSWER, app, console
+from splitwise_plan.cli.options import ADV, RATES_METAVAR, STDOUT, opt_bandwidth, opt_transfer, parse_rates
 from splitwise_plan.cli.output import check_output_options, note, print_json, stdout_taken
 from splitwise_plan.planning.options import PLAN_OPTIONS, option_name
 
 
 def _plan_option(name: str, *aliases: str, **kw):
     """The root option of a plan field: its default and help from the plan's table (planning/options.py)."""
-    return typer.Option(PLAN_OPTIONS[name].default, option_name(name), *aliases, help=PLAN_OPTIONS[name].help, **kw)
+    kw.setdefault("help", PLAN_OPTIONS[name].help)
+    return typer.Option(PLAN_OPTIONS[name].default, option_name(name), *aliases, **kw)
+
+
+#: The root's help panels, as the commands have them: what a plan asks (the default panel), how it
+#: searches (Advanced) and what it writes (Output).
+ADVANCED = ("jobs", "strategy", "search_method", "confirm_method", "storage", "study")
+
+
+def _root_option(name: str, *aliases: str, **kw):
+    """A root option in its help panel (:data:`ADVANCED`, else the default one)."""
+    return _plan_option(name, *aliases, rich_help_panel=ADV if name in ADVANCED else None, **kw)
 
 
 @app.callback()
 def root(
     ctx: typer.Context,
-    goal: Optional[str] = _plan_option("goal"),
-    rps: Optional[float] = _plan_option("rps"),
-    budget_power: Optional[str] = _plan_option("budget_power"),
-    budget_cost: Optional[str] = _plan_option("budget_cost"),
-    model: str = _plan_option("model"),
-    workload: str = _plan_option("workload", "-w"),
-    trace: Optional[Path] = _plan_option("trace", metavar="FILE"),
-    slo: Optional[Path] = _plan_option("slos", "--slos", metavar="FILE"),
-    machines_file: Optional[Path] = _plan_option("machines_file", metavar="FILE"),
-    profiles: Optional[Path] = _plan_option("profiles", metavar="FILE"),
-    designs: str = _plan_option("designs"),
-    duration: float = _plan_option("duration", metavar="S"),
-    seed: int = _plan_option("seed"),
-    seeds: int = _plan_option("seeds"),
-    jobs: int = _plan_option("jobs", "-j"),
-    tp: int = _plan_option("tp"),
-    strategy: str = _plan_option("strategy"),
-    search_method: str = _plan_option("search_method"),
-    confirm_method: str = _plan_option("confirm_method"),
-    margin: float = _plan_option("margin"),
-    transfer: str = opt_transfer(),
-    bandwidth: float = opt_bandwidth(),
-    storage: Optional[str] = _plan_option("storage", metavar="URL"),
-    study: Optional[str] = _plan_option("study", metavar="NAME"),
+    goal: Optional[str] = _root_option("goal"),
+    rps: Optional[str] = _root_option("rps", metavar=RATES_METAVAR, help=(
+        PLAN_OPTIONS["rps"].help + " A comma list (50,70) plans each rate in turn.")),
+    budget_power: Optional[str] = _root_option("budget_power"),
+    budget_cost: Optional[str] = _root_option("budget_cost"),
+    model: str = _root_option("model"),
+    workload: str = _root_option("workload", "-w"),
+    trace: Optional[Path] = _root_option("trace", metavar="FILE"),
+    slo: Optional[Path] = _root_option("slos", "--slos", metavar="FILE"),
+    machines_file: Optional[Path] = _root_option("machines_file", metavar="FILE"),
+    profiles: Optional[Path] = _root_option("profiles", metavar="FILE"),
+    designs: str = _root_option("designs"),
+    duration: float = _root_option("duration", metavar="S"),
+    seed: int = _root_option("seed"),
+    seeds: int = _root_option("seeds", metavar="K"),
+    margin: float = _root_option("margin", metavar="M"),
+    tp: int = _root_option("tp"),
+    jobs: int = _root_option("jobs", "-j"),
+    strategy: str = _root_option("strategy"),
+    search_method: str = _root_option("search_method"),
+    confirm_method: str = _root_option("confirm_method"),
+    transfer: str = opt_transfer(ADV),
+    bandwidth: float = opt_bandwidth(ADV),
+    storage: Optional[str] = _root_option("storage", metavar="URL"),
+    study: Optional[str] = _root_option("study", metavar="NAME"),
     json_out: Optional[str] = typer.Option(
         None, "--json", metavar="[FILE]", rich_help_panel="Output",
-        help="Write the JSON report (inputs, each design's result, winner, gains) to FILE; '-' or no FILE: print it instead of the table."),
+        help="Write the JSON report (inputs, each design's result, winner, gains) to FILE; '-' or no FILE: print it "
+             "instead of the table. With several --rps rates, one file per rate (FILE-50rps.json)."),
     csv_out: Optional[Path] = typer.Option(
         None, "--csv", metavar="FILE", rich_help_panel="Output",
         help="Write one CSV row per design point the search simulated, and one per design with its confirmed answer."),
@@ -68,7 +82,8 @@ def root(
 ) -> None:
     """Plan LLM inference clusters with split prompt and token machine pools (Splitwise, ISCA 2024).
 
-    With no command: plan, e.g. `splitwise-plan --goal min-cost --rps 70`.
+    With no command: plan, e.g. `splitwise-plan --goal min-cost --rps 70`; exit 1 when no design meets
+    the goal.
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -77,19 +92,34 @@ def root(
         return
     from splitwise_plan.planning import PlanRequest
 
-    req = PlanRequest(
-        goal=goal, rps=rps, budget_power=budget_power, budget_cost=budget_cost, model=model, workload=workload,
+    rates = parse_rates(rps) or [None]
+    reqs = [PlanRequest(
+        goal=goal, rps=rate, budget_power=budget_power, budget_cost=budget_cost, model=model, workload=workload,
         trace=str(trace) if trace else None, slos=str(slo) if slo else None,
         machines_file=str(machines_file) if machines_file else None, profiles=str(profiles) if profiles else None,
         designs=designs, duration=duration, seed=seed, seeds=seeds, jobs=jobs, tp=tp, strategy=strategy,
         search_method=search_method, confirm_method=confirm_method, margin=margin, storage=storage, study=study,
-        transfer=transfer, bandwidth=bandwidth)
-    _plan_and_report(req, json_out, csv_out, plot, quiet)
+        transfer=transfer, bandwidth=bandwidth) for rate in rates]   # every rate's request checked before any runs
+    answered = [_plan_and_report(req, *(_per_rate(out, req.rps, len(reqs)) for out in (json_out, csv_out, plot)),
+                                 quiet) for req in reqs]
+    if not all(answered):   # the worst of the rates: no design meets the goal at one of them
+        raise typer.Exit(code=EXIT_NO_ANSWER)
+
+
+def _per_rate(path, rate: Optional[float], n: int):
+    """An output path of the plan at ``rate``, one of ``n``: the path itself for one plan (or standard
+    output), else the path with the rate before its suffix (plan.json: plan-50rps.json)."""
+    if path is None or path == STDOUT or n == 1:
+        return path
+    p = Path(path)
+    named = p.with_name(f"{p.stem}-{rate:g}rps{p.suffix}")
+    return str(named) if isinstance(path, str) else named
 
 
 def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path],
-                     quiet: bool) -> None:
-    """Run the planner with a progress bar (per finished design), then write the reports and the table."""
+                     quiet: bool) -> bool:
+    """Run the planner with a progress bar (per finished design), then write the reports and the table;
+    whether a design meets the goal (the plan has a winner)."""
     from splitwise_plan.cli.progress import progress
     from splitwise_plan.planning import plan
     from splitwise_plan.report.checkpoint import stopped_note
@@ -98,8 +128,12 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
     check_output_options(json_out, csv_out, plot, inputs=req.input_files())   # a bad path fails now, not after the run
     n = len(req.designs)
     ckpt, loaded = _plan_checkpoint(req, csv_out, None if json_out == STDOUT else json_out, plot, quiet=quiet)
+    from splitwise_plan.planning.memo import Memo
+
     kept = {d: p for d, p in loaded.items() if d in req.designs}
-    others = [d for d in loaded if d not in req.designs]   # kept for a plan that names them: never dropped
+    others = [d for d in loaded if isinstance(d, str) and d not in req.designs]   # kept for a plan naming them
+    memo = Memo((k for d, k in loaded.items() if isinstance(d, tuple)),   # simulations of designs unfinished
+                keep=ckpt.keep if ckpt is not None else None)
     with progress(n, f"plan {req.goal}, {n} design{'s' if n > 1 else ''}", quiet=quiet) as bar:
         def done(dp) -> None:
             bar.advance(1)
@@ -107,7 +141,7 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
             if ckpt is not None and dp.design not in kept:   # the first makes the file this plan's
                 ckpt.keep([dp])
         try:
-            result = plan(req, on_design=done, done=kept)
+            result = plan(req, on_design=done, done=kept, memo=memo)
         except KeyboardInterrupt:
             also = "" if req.goal == "max-throughput" else "; --storage keeps every simulation"   # (it refuses one)
             stopped = stopped_note(ckpt, n, "plan", "designs", len(others), also)
@@ -124,6 +158,7 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
         render(result, console(stderr=stdout_taken(json_out, csv_out, plot)))
     for path in written:
         note(f"wrote {path}", quiet)
+    return result.winner is not None
 
 
 def _plan_checkpoint(req, *outputs, quiet: bool) -> tuple:
@@ -138,8 +173,11 @@ def _plan_checkpoint(req, *outputs, quiet: bool) -> tuple:
     ckpt = Checkpoint(where, plan_fingerprint(req, __version__), say=lambda why: note(why, False), kind="plan")
     loaded = ckpt.load()   # a file not this plan's is moved aside once a design is done (the inputs good)
     kept = [d for d in loaded if d in req.designs]
-    if kept:
-        note(f"resuming: {len(kept)} of {len(req.designs)} designs kept in {where} ({', '.join(kept)})", False)
+    sims = sum(1 for d in loaded if isinstance(d, tuple))
+    if kept or sims:
+        names = f" ({', '.join(kept)})" if kept else ""
+        also = f", and {sims:,} simulations of the others" if sims else ""
+        note(f"resuming: {len(kept)} of {len(req.designs)} designs kept in {where}{names}{also}", False)
     return ckpt, loaded
 
 

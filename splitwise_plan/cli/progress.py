@@ -103,7 +103,7 @@ class ProgressBar:
                                   markup=False, highlight=False, soft_wrap=True)
 
     def _done(self) -> str:
-        return f"{self.completed:g}/{self.total:g} " if self.total is not None else ""
+        return f"{_count(self.completed)}/{_count(self.total)} " if self.total is not None else ""
 
     def stop(self, outcome: str = "done") -> None:
         """End the bar with one line saying how far the run got and its ``outcome``: always in a plain
@@ -146,6 +146,11 @@ class ProgressBar:
     @property
     def elapsed_s(self) -> float:
         return time.monotonic() - self._t0
+
+
+def _count(x: float) -> str:
+    """A count as a person reads it: 1,199,710 (not 1.19971e+06), a fraction with its decimals."""
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.3g}"
 
 
 @contextmanager

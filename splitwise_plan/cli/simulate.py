@@ -8,6 +8,7 @@ They hang off the ``app`` of :mod:`splitwise_plan.cli.app`, with the options and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -16,36 +17,45 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from splitwise_plan.cli.app import ReportCommand, app, console
+from splitwise_plan.cli.app import EXIT_NO_ANSWER, ReportCommand, app, console
 from splitwise_plan.cli.inputs import (
+    above_bound,
     arrivals_bar,
     auto_method,
+    bound_line,
     check_method,
     fluid_caution,
     parse_counts,
     resolve_counts,
     resolve_inputs,
+    with_stream,
+    worst_of,
 )
 from splitwise_plan.cli.options import (
     ADV,
     AUTO,
     OUT,
     STDOUT,
+    check_seeds_margin,
     opt_bandwidth,
     opt_csv,
     opt_duration,
     opt_json,
     opt_machines_file,
+    opt_margin,
     opt_method,
     opt_model,
     opt_profiles,
     opt_quiet,
+    opt_rps,
     opt_seed,
+    opt_seeds,
     opt_slo,
     opt_tp,
     opt_trace,
     opt_transfer,
     opt_workload,
+    parse_rates,
 )
 from splitwise_plan.cli.output import check_output_options, input_files, note, print_json, stdout_taken
 from splitwise_plan.cli.progress import progress
@@ -105,67 +115,148 @@ def simulate_cmd(
     prompt: Optional[int] = typer.Option(None, "--prompt", "-p", help="Prompt machines (Splitwise designs)."),
     token: Optional[int] = typer.Option(None, "--token", "-t", help="Token machines (Splitwise designs)."),
     machines: Optional[int] = typer.Option(None, "--machines", "-m", help="Machines (baselines)."),
-    rps: Optional[float] = typer.Option(None, "--rps", help=(
-        "Request rate of the generated stream, req/s; with --trace, the trace time-scaled to this rate.")),
+    rps: Optional[str] = opt_rps(),
     workload: str = opt_workload(),
     model: str = opt_model(),
     tp: int = opt_tp(),
     trace: Optional[Path] = opt_trace(),
     duration: float = opt_duration(),
     seed: int = opt_seed(),
+    seeds: int = opt_seeds(),
+    margin: float = opt_margin(),
     slo: Optional[Path] = opt_slo(),
     machines_file: Optional[Path] = opt_machines_file(),
     profiles: Optional[Path] = opt_profiles(),
     json_out: Optional[str] = opt_json(),
-    csv_out: Optional[Path] = opt_csv(),
+    csv_out: Optional[Path] = opt_csv("rate and seed simulated"),
     requests_out: Optional[Path] = typer.Option(
         None, "--requests", metavar="FILE", rich_help_panel=OUT,
         help="Write one CSV row per request: arrival, prompt and output tokens, TTFT, TBT and E2E in seconds "
-             "and as slowdowns, finished (an unfinished request's latencies are nan)."),
+             "and as slowdowns, finished (an unfinished request's latencies are nan). One rate and seed only."),
     quiet: bool = opt_quiet(),
     method: str = opt_method("events"),
     transfer: str = opt_transfer(ADV),
     bandwidth: float = opt_bandwidth(ADV),
 ) -> None:
-    """Simulate one cluster design: the nine SLO percentiles, cost and power (exit 0 either way)."""
-    from splitwise_plan.report.formats import build_report, write_csv, write_json
+    """Simulate one cluster design: the nine SLO percentiles, cost and power.
 
+    Exit 0 with the percentiles, whether the SLOs hold or not; 1 when a rate is above what the design
+    can carry at most (the analytic bound), which the events method does not simulate.
+
+    e.g. `splitwise-plan simulate --design HH --prompt 27 --token 3 --rps 50,70`.
+    """
     d = get_design(design)
     n_prompt, n_token = resolve_counts(d, prompt, token, machines)
+    rates = parse_rates(rps)
+    threshold = check_seeds_margin(seeds, margin)
+    if requests_out is not None and (len(rates or [None]) > 1 or seeds > 1):
+        raise SplitwisePlanError("--requests writes the requests of one run: give one --rps rate and --seeds 1")
     check_output_options(json_out, csv_out, requests=requests_out, inputs=input_files(
         trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
-    inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
-                         seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
-                         transfer=transfer, bandwidth=bandwidth)
-    sim = inp.simulator()
-    fluid_caution(sim, d)
-    with arrivals_bar(inp, f"simulating {d.name}", quiet) as on_arrivals:
-        result, per_request = sim.run_requests(d, n_prompt, n_token, on_arrivals=on_arrivals)
+    if trace is None and rates is None:
+        raise SplitwisePlanError("give --rps R (requests per second) or --trace FILE")
+    base = resolve_inputs(model=model, tp=tp, workload=workload, rps=None, trace=trace, duration=duration,
+                          seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
+                          transfer=transfer, bandwidth=bandwidth, need_stream=False, quiet=quiet)
+    runs, refused = [], False
+    for rate in rates or [None]:
+        bound = above_bound(base, d, n_prompt, n_token, rate) if base.method == "events" else None
+        if bound is not None:   # the events method would only find it overloaded, slowly
+            asked = rate if rate is not None else base.trace_stream.rate
+            note(f"simulate: {bound_line(asked, bound, f'{d.name} {machine_counts(n_prompt, n_token)}')}; it cannot "
+                 "hold the SLOs (--method fluid simulates it quickly)", False)
+            refused = True
+            continue
+        runs.append(_simulate_rate(base, d, n_prompt, n_token, rate, seeds, threshold, quiet))
+    _write_simulate_reports(runs, json_out=json_out, csv_out=csv_out, requests_out=requests_out)
+    if json_out == STDOUT:
+        for inp, _, (result, _), _ in runs:
+            cost_unit, power_unit = _design_units(inp, d)
+            print_json({**result.to_dict(), "cost_unit": cost_unit, "power_unit": power_unit})
+    else:
+        c = console(stderr=stdout_taken(json_out, csv_out, requests_out))
+        for run in runs:
+            _print_simulation(c, *run, d, seeds=seeds, margin=margin)
+        for p in (json_out, csv_out, requests_out):
+            if p not in (None, STDOUT):
+                note(f"wrote {p}", quiet)
+    if refused:
+        raise typer.Exit(code=EXIT_NO_ANSWER)
+
+
+def _simulate_rate(base, d: Design, n_prompt: int, n_token: int, rate: Optional[float], seeds: int,
+                   threshold: float, quiet: bool) -> tuple:
+    """Simulate ``d`` at ``rate`` on each seed's stream (one held at a time): (the inputs of the worst
+    seed's stream, its simulator, (result, per-request columns), every (seed, result) with whether all hold)."""
+    done, worst = [], None
+    for k in range(seeds if base.trace is None else 1):
+        inp = with_stream(base, rate, None if base.trace is not None else base.seed + k)
+        sim = inp.simulator()
+        if not done:
+            fluid_caution(sim, d)
+        what = f"simulating {d.name}" + (f" at {rate:g} req/s" if rate is not None and seeds == 1 else "") + (
+            f" at {rate:g} req/s, seed {inp.seed}" if seeds > 1 else "")
+        with arrivals_bar(inp, what, quiet) as on_arrivals:
+            out = sim.run_requests(d, n_prompt, n_token, on_arrivals=on_arrivals)
+        done.append((inp.seed, out[0]))
+        if worst is None or worst_of([worst[2][0], out[0]], threshold)[0] is out[0]:
+            worst = (inp, sim, out)
+        else:
+            del out
+    holds = worst_of([r for _, r in done], threshold)[1]
+    return (*worst, (done, holds))
+
+
+def _write_simulate_reports(runs: list, *, json_out: Optional[str], csv_out: Optional[Path],
+                            requests_out: Optional[Path]) -> None:
+    """The CSV (a row per rate and seed), the per-request CSV (one run) and the JSON report file."""
+    from splitwise_plan.report.formats import build_report, write_csv, write_json
+
     if csv_out is not None:
-        write_csv(csv_out, [inp.csv_row(result)])
-    if requests_out is not None:
+        write_csv(csv_out, [{**inp.csv_row(r, inp.rate), "seed": s} for inp, _, _, (done, _) in runs
+                            for s, r in done])
+    if requests_out is not None and runs:
+        per_request = runs[0][2][1]
         cols = list(per_request)
         write_csv(requests_out, (dict(zip(cols, row)) for row in zip(*(per_request[c].tolist() for c in cols))),
                   cols, what="per-request CSV")
-    if json_out not in (None, STDOUT):
-        write_json(json_out, build_report("simulate", inp.report(), [result]))
-    if json_out == STDOUT:
-        print_json(result.to_dict())
-        return
-    c = console(stderr=stdout_taken(json_out, csv_out, requests_out))
+    if json_out not in (None, STDOUT) and runs:
+        inp = runs[0][0]
+        if len(runs) == 1:
+            doc = build_report("simulate", inp.report(), [runs[0][2][0]])
+        else:   # several rates: each result with its rate, the inputs with none
+            inp = dataclasses.replace(inp, rate=None, stream=None)
+            doc = build_report("simulate", inp.report(), [{**r.to_dict(), "rate_rps": i.rate}
+                                                          for i, _, (r, _), _ in runs])
+        write_json(json_out, doc)
+
+
+def _design_units(inp, d: Design) -> tuple[str, str]:
+    """(cost unit, power unit) of the machines of ``d``'s pools, as the machine catalog names them."""
+    from splitwise_plan.inputs.machines import catalog_units
+
+    return catalog_units([inp.machines[m] for m in (d.prompt_machine, d.token_machine) if m in inp.machines])
+
+
+def _print_simulation(c, inp, sim, out: tuple, seeds_done: tuple, d: Design, *, seeds: int, margin: float) -> None:
+    """One run's table (the worst seed's), what was simulated, and the verdict."""
+    result = out[0]
+    done, holds = seeds_done
+    worst = f"; the worst of {seeds} seeds ({inp.seed})" if seeds > 1 else ""
     c.print(result_table(result, inp.slos, title=_counts_label(result)))
-    c.print(inp.describe())
+    c.print(inp.describe() + worst)
     c.print(f"{plural(result.requests, 'request')}, {result.completed:,} completed"
             + (f"; [yellow]overloaded: a prompt waited over {sim.overload_s:.0f} s, the run stopped there[/]"
                if result.overloaded else "")
             + ("; [yellow]memory overflow: a request never got its KV-cache memory (larger than any machine's, or held by waiting transfers)[/]" if result.oom else ""))
     pools = (f" (prompt pool {result.prompt_utilization:.0%}, token pool {result.token_utilization:.0%})"
              if result.token_machines else "")
-    c.print(f"cost {result.cost:.4g}, power {result.power:.4g}, utilization {result.utilization:.0%}{pools}; "
-            f"{_slo_verdict(result, len(inp.slos))}")
-    for p in (json_out, csv_out, requests_out):
-        if p not in (None, STDOUT):
-            note(f"wrote {p}", quiet)
+    verdict = _slo_verdict(result, len(inp.slos))
+    if margin and result.slo_met and not holds:
+        verdict += f" [yellow]but not with margin {margin:g}[/]"
+    cost_unit, power_unit = _design_units(inp, d)
+    c.print(f"cost {result.cost:,.2f} {cost_unit}, power {result.power:,.1f} {power_unit}, utilization {result.utilization:.0%}{pools}; "
+            f"{verdict}")
 
 
 # --- sweep ------------------------------------------------------------------------------
@@ -247,7 +338,13 @@ def sweep_cmd(
         "Stop a design once an SLO can no longer hold: same verdicts and passing rows, faster; "
         "failing rows then count their unfinished requests as +inf.")),
 ) -> None:
-    """Simulate a grid of machine counts of one design: one CSV row per design point (the paper's Fig. 12)."""
+    """Simulate a grid of machine counts of one design: one CSV row per design point (the paper's Fig. 12).
+
+    Exit 0 with the grid, whether or not a point holds the SLOs (a sweep is a map, not a gate: check
+    and the planner answer whether one does).
+
+    e.g. `splitwise-plan sweep --design HH --prompt 20:30 --token 1:6 --rps 70 --csv hh.csv`.
+    """
     from splitwise_plan.report.checkpoint import path_for
 
     d = get_design(design)
@@ -336,13 +433,15 @@ def _print_sweep(c, inp, d: Design, results: list, summary: dict) -> None:
     from splitwise_plan.report.plots import design_point, rank_key
 
     table = Table(title=f"Sweep of {d.name}: {len(results):,} design points, {summary['passing']:,} hold all SLOs")
-    for col in ("prompt", "token", "machines", "cost", "power", "tightest SLO", "value / limit", "holds"):
+    cost_unit, power_unit = _design_units(inp, d)
+    for col in ("prompt", "token", "machines", f"cost\n{cost_unit}", f"power\n{power_unit}", "tightest SLO",
+                "value / limit", "holds"):
         table.add_column(col, justify="right")
     ok = sorted((r for r in results if r.slo_met), key=lambda r: rank_key(design_point(r)))[:10]
     for r in ok:
         t = r.tightest
         table.add_row(str(r.prompt_machines), str(r.token_machines) if r.token_machines else "-", str(r.machines),
-                      f"{r.cost:.4g}", f"{r.power:.4g}", f"{t['metric'].upper()} P{t['percentile']:g}",
+                      f"{r.cost:,.2f}", f"{r.power:,.1f}", f"{t['metric'].upper()} P{t['percentile']:g}",
                       _fmt(t["ratio"], 3), "[green]yes[/]")
     if ok:
         table.caption = f"the {len(ok)} cheapest passing design points"

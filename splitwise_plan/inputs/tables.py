@@ -1,7 +1,8 @@
 """Reading a user's CSV files (profiles and traces): decompressed as the name says, with one-line errors.
 
 A parser failure, an over-long line, a non-numeric or out-of-range cell each become a
-``SplitwisePlanError`` naming the file, the line and the column.
+``SplitwisePlanError`` naming the file, the line and the column. A large file is parsed in chunks,
+with a progress callback, so that its reading can be followed and stopped.
 """
 
 from __future__ import annotations
@@ -20,36 +21,63 @@ from splitwise_plan.errors import SplitwisePlanError
 MAX_TOKENS = 1_000_000   # prompt or output tokens of one request at most (a million-token context)
 
 
-def read_user_csv(path: Path, what: str) -> pd.DataFrame:
-    """Read a CSV (decompressed as its name says), turning parser failures into one-line user errors."""
+CHUNK_ROWS = 500_000   # rows parsed at a time: a stop signal is handled between two chunks
+
+
+def read_user_csv(path: Path, what: str, on_progress=None) -> pd.DataFrame:
+    """Read a CSV (decompressed as its name says), turning parser failures into one-line user errors.
+
+    The rows are parsed :data:`CHUNK_ROWS` at a time, so that a large file's reading can be stopped (a
+    signal is handled between two chunks) and followed: ``on_progress(bytes_read, bytes_total)`` after
+    each chunk (of the decompressed bytes). The file is held once, as bytes (no decoded copy of it).
+    """
     import io
     import warnings
 
     import pandas as pd
     data = _file_bytes(path, what)
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise SplitwisePlanError(f"{what} file {path} is not a readable CSV: {exc}") from None
-    _check_text(text, path, what)
+    _check_utf8(data, path, what)
+    _check_text(data, path, what)
+    buf = io.BytesIO(data)
     try:
         with warnings.catch_warnings(record=True) as said:   # a row longer than the header
             warnings.simplefilter("always", pd.errors.ParserWarning)
-            df = pd.read_csv(io.BytesIO(data), skipinitialspace=True,
-                             index_col=False)   # (not: its first field an index)
+            chunks = []
+            for chunk in pd.read_csv(buf, skipinitialspace=True, index_col=False,   # (not: its first field an index)
+                                     chunksize=CHUNK_ROWS):
+                chunks.append(chunk)
+                if on_progress is not None:
+                    on_progress(buf.tell(), len(data))
     except pd.errors.EmptyDataError:
         raise SplitwisePlanError(f"{what} file {path} is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise SplitwisePlanError(f"{what} file {path} is not a readable CSV: {exc}") from None
     if any(issubclass(w.category, pd.errors.ParserWarning) for w in said):
-        raise SplitwisePlanError(f"{what} file {path}, line {_long_row(text)}: more fields than the header's columns")
+        raise SplitwisePlanError(f"{what} file {path}, line {_long_row(data.decode('utf-8-sig'))}: more fields "
+                                 "than the header's columns")
+    header = data[:data.find(b"\n") + 1 or len(data)]   # (for a repeated column's name below)
+    del buf, data   # the file's bytes go before the chunks are joined: the peak is the frame twice, not more
+    df = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+    del chunks
     df.columns = [str(c).strip() for c in df.columns]
     if any("." in c for c in df.columns):   # pandas renames a repeated column X to X.1: which one is meant?
-        names = [str(c).strip() for c in pd.read_csv(io.BytesIO(data), header=None, nrows=1, dtype=str).iloc[0]]
+        names = [str(c).strip() for c in pd.read_csv(io.BytesIO(header), header=None, nrows=1, dtype=str).iloc[0]]
         twice = sorted({c for c in names if names.count(c) > 1})
         if twice:
             raise SplitwisePlanError(f"{what} file {path}: column {twice[0]} appears more than once")
     return df
+
+
+def _check_utf8(data: bytes, path: Path, what: str, piece: int = 1 << 24) -> None:
+    """A user error unless ``data`` is UTF-8 text, decoded a piece at a time (no decoded copy is kept)."""
+    import codecs
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    try:
+        for lo in range(0, len(data), piece):
+            decoder.decode(data[lo:lo + piece])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise SplitwisePlanError(f"{what} file {path} is not a readable CSV: {exc}") from None
 
 
 #: File name endings pandas would decompress, longest first, and what they are.
@@ -121,14 +149,33 @@ def _line_of(text: str, pos: int) -> int:
     return len(re.findall(r"\r\n|\r|\n", text[:pos])) + 1
 
 
-def _check_text(text: str, path: Path, what: str) -> None:
+#: The control characters refused in a CSV (bytes below 32 but tab, newline and carriage return; and DEL):
+#: in UTF-8 no other character's bytes take these values, so they are looked for in the bytes.
+_CONTROL = np.zeros(256, dtype=bool)
+_CONTROL[[*range(0x00, 0x09), 0x0b, 0x0c, *range(0x0e, 0x20), 0x7f]] = True
+
+
+def _first_control(raw: np.ndarray, piece: int = 1 << 24):
+    """The offset of the first control byte of ``raw`` (None: none), looked for a piece at a time."""
+    for lo in range(0, raw.size, piece):
+        hit = np.flatnonzero(_CONTROL[raw[lo:lo + piece]])
+        if hit.size:
+            return lo + int(hit[0])
+    return None
+
+
+def _check_text(data: bytes, path: Path, what: str) -> None:
     """Refuse control characters (a binary file; they would reach the terminal raw in a message) and
     comment lines (the CSV parser would read ``# ...`` as a row or the header), naming the line."""
     import re
-    m = re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", text)
-    if m:
-        raise SplitwisePlanError(f"{what} file {path} is not a text CSV: line {_line_of(text, m.start())} holds "
-                                 f"the control character {m.group()!r}")
+    pos = _first_control(np.frombuffer(data, dtype=np.uint8))
+    if pos is not None:
+        text = data[:pos + 1].decode("utf-8-sig", errors="replace")
+        raise SplitwisePlanError(f"{what} file {path} is not a text CSV: line {_line_of(text, len(text) - 1)} holds "
+                                 f"the control character {text[-1]!r}")
+    if b"#" not in data:   # (the usual case, at once: the pattern below is slow on a large file)
+        return
+    text = data.decode("utf-8-sig")
     m = re.search(r"(?:^|[\r\n])[ \t]*(#[^\r\n]*)", text)
     if m:
         raise SplitwisePlanError(f"{what} file {path}, line {_line_of(text, m.start(1))} is a comment "

@@ -37,6 +37,71 @@ def workload_names() -> list[str]:
     return sorted(SHIPPED_WORKLOADS)
 
 
+# --- how large a stream this machine can simulate ----------------------------------------------------
+
+#: Memory one request of a stream takes while it is simulated, bytes: measured with ``simulate`` at
+#: 60 req/s over 100 to 60,000 s (6,000 to 3.6 million requests), the peak resident memory grows by
+#: about 260 bytes a request with the events method (210 with fluid); this adds a fifth for the
+#: per-request results and the report.
+BYTES_PER_REQUEST = 320
+MEMORY_SHARE = 0.5   # a stream may take at most this share of the memory available when it is drawn
+MAX_REQUESTS = 50_000_000   # at most, whatever the memory (and where the available memory is unknown)
+DRAW_PIECE = 1 << 20   # arrivals drawn this many at a time: a stop signal is handled between two pieces
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux's MemAvailable, else the free physical
+    pages as ``os.sysconf`` counts them); None where neither says."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def max_stream_requests() -> int:
+    """The most requests a stream may hold here: what :data:`MEMORY_SHARE` of the available memory
+    simulates at :data:`BYTES_PER_REQUEST` each, at most :data:`MAX_REQUESTS` (the fixed cap where the
+    available memory is unknown)."""
+    avail = available_memory()
+    if avail is None:
+        return MAX_REQUESTS
+    return int(min(MAX_REQUESTS, max(avail * MEMORY_SHARE / BYTES_PER_REQUEST, 1.0)))
+
+
+def check_stream_size(expected: float, rate: float, duration_s: float) -> None:
+    """A user error when a stream of ``expected`` requests (``rate`` x ``duration_s``) would not fit in
+    this machine's memory once simulated: one line naming both inputs and the limit."""
+    most = max_stream_requests()
+    if expected > most:
+        avail = available_memory()
+        where = (f"what {MEMORY_SHARE:.0%} of the {avail / 2**30:.3g} GiB of memory available simulates at about "
+                 f"{BYTES_PER_REQUEST} bytes a request" if avail is not None and most < MAX_REQUESTS
+                 else "the most one stream may hold")
+        raise SplitwisePlanError(
+            f"{input_name('rps')} x {input_name('duration')} = {rate:g} x {duration_s:g} s = {expected:,.0f} requests "
+            f"is more than {most:,} ({where}); lower {input_name('rps')} or {input_name('duration')}")
+
+
+def _arrival_times(rng, mean_gap: float, n: int) -> np.ndarray:
+    """The cumulative sum of ``n`` exponential gaps of mean ``mean_gap``, drawn and summed a piece at a
+    time (the same numbers, to the bit, as one draw of ``n`` and one ``np.cumsum``), so that a stop
+    signal is handled within a fraction of a second however long the stream."""
+    out = np.empty(n, dtype=np.float64)
+    for lo in range(0, n, DRAW_PIECE):
+        gaps = rng.exponential(mean_gap, size=min(DRAW_PIECE, n - lo))
+        if lo:
+            gaps[0] += out[lo - 1]   # as the running sum adds it: the same rounding as one cumsum
+        np.cumsum(gaps, out=out[lo:lo + gaps.size])
+    return out
+
+
 
 
 def _numbers(values, where: str) -> np.ndarray:
@@ -170,12 +235,11 @@ class Workload:
         duration_s = positive_number(duration_s, "duration (seconds)")
         rng = np.random.default_rng(seed_value(seed))
         expected = rate * duration_s
-        if expected > 5e7:
-            raise SplitwisePlanError(f"rate x duration = {expected:.3g} requests is too large (max 5e7)")
+        check_stream_size(expected, rate, duration_s)
         chunk = int(expected + 10.0 * np.sqrt(expected) + 16)
-        arrivals = np.cumsum(rng.exponential(1.0 / rate, size=chunk))
+        arrivals = _arrival_times(rng, 1.0 / rate, chunk)
         while arrivals[-1] < duration_s:  # rare: the first chunk fell short of the horizon
-            more = arrivals[-1] + np.cumsum(rng.exponential(1.0 / rate, size=chunk))
+            more = arrivals[-1] + _arrival_times(rng, 1.0 / rate, chunk)
             arrivals = np.concatenate([arrivals, more])
         arrivals = arrivals[arrivals < duration_s]
         n = arrivals.size
@@ -219,7 +283,7 @@ def _resolve(name_or_path: str | Path, what: str = "workload") -> tuple[str, Pat
         f"unknown workload {key!r}; valid: {choices(SHIPPED_WORKLOADS)} or a path to a trace CSV (Azure or reference format)")
 
 
-def load_trace(path: str | Path) -> RequestStream:
+def load_trace(path: str | Path, on_progress=None) -> RequestStream:
     """Replay a trace file exactly: Azure format (TIMESTAMP, ContextTokens, GeneratedTokens)
     or the reference simulator's (arrival_timestamp, prompt_size, token_size).
 
@@ -227,9 +291,10 @@ def load_trace(path: str | Path) -> RequestStream:
     to the second, less the whole seconds before the first request (a window cut from a
     longer log replays at its own rate, with no idle lead-in, and a trace that starts at 0
     replays exactly). Rows are put in arrival order (stable) if the file is not sorted.
+    ``on_progress(bytes_read, bytes_total)`` follows a large file's reading (see ``read_user_csv``).
     """
     name, p = _resolve(path, "trace")
-    df = _known_column_names(read_user_csv(p, "trace"), p)
+    df = _known_column_names(read_user_csv(p, "trace", on_progress), p)
     cols = set(df.columns)
     if set(AZURE_COLUMNS) <= cols and set(REFERENCE_COLUMNS) <= cols:
         raise SplitwisePlanError(f"trace file {p} has both the Azure columns ({', '.join(AZURE_COLUMNS)}) and the "
@@ -312,10 +377,11 @@ def _azure_seconds(df: pd.DataFrame, p: Path) -> np.ndarray:
     return secs - secs.min()
 
 
-def load_workload(name_or_path: str | Path) -> Workload:
-    """A shipped workload (``coding``, ``conversation``) or the sizes in a trace CSV of either format."""
+def load_workload(name_or_path: str | Path, on_progress=None) -> Workload:
+    """A shipped workload (``coding``, ``conversation``) or the sizes in a trace CSV of either format
+    (``on_progress``: see :func:`load_trace`)."""
     name, p = _resolve(name_or_path)  # checks the name or file first, as a workload
-    stream = load_trace(p)
+    stream = load_trace(p, on_progress)
     if name not in SHIPPED_WORKLOADS or p != data_file("workloads", SHIPPED_WORKLOADS[name]):
         name = os.fspath(name_or_path)   # a user's file is named as given: reports must not read as a shipped one
     return Workload(name, stream.prompt_tokens, stream.output_tokens, source=str(p))

@@ -356,3 +356,34 @@ def test_standard_input_is_not_a_trace(capsys):
     code = main(["simulate", "--design", "HH", "-p", "10", "-t", "3", "-q", "--trace", "-"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: the trace '-' would be standard input") and err.count("\n") == 1
+
+
+def test_a_stream_drawn_in_pieces_is_the_one_drawn_at_once(monkeypatch):
+    """Arrivals are drawn a piece at a time (a stop signal is handled between two): the same stream, to the bit."""
+    from splitwise_plan.inputs import workloads
+    wl = workloads.load_workload("coding")
+    monkeypatch.setattr(workloads, "DRAW_PIECE", 1000)
+    pieces = wl.generate(50, duration_s=300, seed=4)
+    monkeypatch.setattr(workloads, "DRAW_PIECE", 1 << 40)
+    once = wl.generate(50, duration_s=300, seed=4)
+    assert len(pieces) > 10_000
+    assert (pieces.arrival_s == once.arrival_s).all() and (pieces.prompt_tokens == once.prompt_tokens).all()
+
+
+def test_a_stream_beyond_memory_is_refused_naming_rate_and_duration(monkeypatch):
+    from splitwise_plan.inputs import workloads
+    monkeypatch.setattr(workloads, "available_memory", lambda: 64 << 20)   # 64 MiB free
+    with pytest.raises(SplitwisePlanError, match=r"rps x duration = 1000 x 1000 s = 1,000,000 requests is more than"):
+        workloads.load_workload("coding").generate(1000, duration_s=1000)
+
+
+def test_a_large_trace_is_read_in_chunks_with_progress(tmp_path, monkeypatch):
+    from splitwise_plan.inputs import tables
+    monkeypatch.setattr(tables, "CHUNK_ROWS", 100)
+    p = tmp_path / "t.csv"
+    stream = load_workload("coding").generate(20, duration_s=50, seed=1)
+    stream.to_csv(p)
+    seen = []
+    back = load_trace(p, on_progress=lambda done, total: seen.append((done, total)))
+    assert len(back) == len(stream) and (back.prompt_tokens == stream.prompt_tokens).all()
+    assert len(seen) >= len(stream) // 100 and seen[-1][0] == seen[-1][1] == p.stat().st_size
