@@ -91,19 +91,19 @@ def _check_cluster(spec, inp: Inputs, cluster_file: Path) -> None:
                                  f"{', '.join(dict.fromkeys(d.machines))}): {exc}") from None
 
 
-def slo_text(row: dict, result) -> str:
+def slo_text(row: dict, result, before_limit: str = " < ") -> str:
     """One SLO's value against its limit in its unit, a slowdown with the latency it stands for:
-    "TTFT P99 slowdown 3.91x (1.31 s) < 6x", "TBT P90 0.052 s < 0.1 s"."""
+    "TTFT P99 slowdown 3.91x (1.31 s) < 6x", "TBT P90 0.052 s < 0.1 s" (``before_limit`` between them)."""
     name = f"{row['metric'].upper()} P{row['percentile']:g}"
-    value = row["value"]
-    if row["unit"] != "slowdown":
-        val = "not finished (inf)" if not math.isfinite(value) else f"{value:.4g} s"
-        return f"{name} {val} < {row['limit']:g} s"
+    value, slowdown = row["value"], row["unit"] == "slowdown"
+    limit = f"{row['limit']:g}x" if slowdown else f"{row['limit']:g} s"
     if not math.isfinite(value):
-        return f"{name} slowdown: not finished (inf), limit < {row['limit']:g}x"
+        return f"{name}{' slowdown' if slowdown else ''} not finished (inf){before_limit}{limit}"
+    if not slowdown:
+        return f"{name} {value:.4g} s{before_limit}{limit}"
     seconds = result.latency_s.get(row["metric"], {}).get(row["percentile"])
     at = f" ({seconds:.3g} s)" if seconds is not None and math.isfinite(seconds) else ""
-    return f"{name} slowdown {value:.3g}x{at} < {row['limit']:g}x"
+    return f"{name} slowdown {value:.3g}x{at}{before_limit}{limit}"
 
 
 def violation_lines(result) -> list[str]:
@@ -112,7 +112,7 @@ def violation_lines(result) -> list[str]:
     for v in result.violations:
         unit = "x" if v["unit"] == "slowdown" else " s"
         margin = "-inf" if not math.isfinite(v["margin"]) else f"{v['margin']:.3g}{unit}"
-        out.append(f"  - {slo_text(v, result).replace(' < ', ', limit < ')}, margin {margin}")
+        out.append(f"  - {slo_text(v, result, ', limit < ')}, margin {margin}")
     return out
 
 

@@ -46,7 +46,10 @@ def plan_budget(inputs: Inputs, req: PlanRequest, design: str, method: str) -> D
     t0 = time.perf_counter()
     b = _BudgetSearch(inputs, req, get_design(design), method, t0)
     if not b.pts:
-        return DesignPlan(status="infeasible", note=f"the budget of {b.budget:g} buys no complete {b.d.name}",
+        least = sum(getattr(b.inputs.machines[m], b.kind) for m in b.d.machines)
+        unit = getattr(b.inputs.machines[b.d.prompt_machine], f"{b.kind}_unit")
+        return DesignPlan(status="infeasible", note=f"the budget of {b.budget:,.4g} {unit} buys no complete "
+                                                    f"{b.d.name} (its least is {least:,.4g} {unit})",
                           seconds=time.perf_counter() - t0, **b.base)
     b.bound()
     b.search()

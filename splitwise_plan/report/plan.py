@@ -17,13 +17,22 @@ from splitwise_plan.report.formats import machine_counts
 SLO_COLUMNS = tuple((m, p) for m in ("ttft", "tbt", "e2e") for p in (50, 90, 99))
 
 
-def plan_title(req: PlanRequest, trace_s: float | None = None, budget: float | None = None) -> str:
-    """What was planned, in one line: the goal, the rate or budget (``budget``: its amount, if known),
-    the model and the stream (``trace_s``: the replayed trace's duration, if known)."""
+def _title(result: PlanResult) -> str:
+    """:func:`plan_title` of a plan's result, a budget in the units of its machines."""
+    units = plan_units(result)
+    unit = (units[1] if result.request.objective == "power" else units[0]) if result.budget is not None else ""
+    return plan_title(result.request, result.trace_s, result.budget, unit)
+
+
+def plan_title(req: PlanRequest, trace_s: float | None = None, budget: float | None = None,
+               unit: str = "") -> str:
+    """What was planned, in one line: the goal, the rate or budget (``budget``: its amount, if known, in
+    ``unit``), the model and the stream (``trace_s``: the replayed trace's duration, if known)."""
     if req.goal == "max-throughput":
         kind = req.objective
         spec = req.budget_power if kind == "power" else req.budget_cost
-        amount = f" = {budget:g}" if budget is not None and f"{budget:g}" != f"{spec}" else ""
+        amount = f" = {budget:,.4g}" if budget is not None and f"{budget:g}" != f"{spec}" else ""
+        amount += f" {unit}" if unit and budget is not None else ""
         title = f"max-throughput within {kind} budget {spec}{amount}"
     else:
         rate = f"{req.rps:g} req/s" if req.rps is not None else "the trace's rate"
@@ -92,7 +101,7 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
                 cell = f"[bold]{cell}*[/bold]"
             row.append(cell)
         rows.append(row + [_percent(dp.headroom) if math.isfinite(dp.headroom) else "-"] + sims)   # -: unfinished requests
-    table = Table(title=f"splitwise-plan: {plan_title(req, result.trace_s, result.budget)}", pad_edge=not compact)
+    table = Table(title=f"splitwise-plan: {_title(result)}", pad_edge=not compact)
     for k, c in enumerate(cols):
         text = c in ("design", "tightest\nSLO", "vs\nwinner")
         width = max((Text.from_markup(row[k]).cell_len for row in rows), default=1)
@@ -351,7 +360,7 @@ def write_reports(result: PlanResult, *, json_path=None, csv_path=None, plot_pat
     if plot_path is not None:
         from splitwise_plan.report.plots import plan_marks, write_plot
         written.append(write_plot(plot_path, designs=comparison(result),
-                                  title=f"splitwise-plan: {plan_title(result.request, result.trace_s, result.budget)}",
+                                  title=f"splitwise-plan: {_title(result)}",
                                   **plan_marks(result)))
     if json_path is not None:
         written.append(write_json(json_path, plan_report(result)))

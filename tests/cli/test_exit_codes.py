@@ -246,3 +246,18 @@ def test_sigterm_ends_a_long_check_or_plan_with_one_line_and_exit_130(argv):
     err = proc.communicate(timeout=60)[1]
     last = err.replace("\r", "\n").strip().splitlines()[-1]
     assert proc.returncode == 130 and "stopped (SIGTERM)" in last and "Traceback" not in err, err
+
+
+def test_an_slo_line_says_each_value_once_with_its_unit():
+    """Hand-made rows: a slowdown with its seconds, one in seconds, and one left unknown by unfinished
+    requests (its limit named once, not twice)."""
+    from types import SimpleNamespace
+
+    from splitwise_plan.cli.check import slo_text
+    result = SimpleNamespace(latency_s={"ttft": {99: 1.31}, "e2e": {99: float("inf")}})
+    slow = {"metric": "ttft", "percentile": 99, "value": 3.914, "limit": 6.0, "unit": "slowdown"}
+    assert slo_text(slow, result) == "TTFT P99 slowdown 3.91x (1.31 s) < 6x"
+    secs = {"metric": "tbt", "percentile": 90, "value": 0.0523, "limit": 0.1, "unit": "seconds"}
+    assert slo_text(secs, result, ", limit < ") == "TBT P90 0.0523 s, limit < 0.1 s"
+    lost = {"metric": "e2e", "percentile": 99, "value": float("inf"), "limit": 5.0, "unit": "slowdown"}
+    assert slo_text(lost, result, ", limit < ") == "E2E P99 slowdown not finished (inf), limit < 5x"

@@ -604,7 +604,9 @@ def test_render_plan_writes_to_a_text_file_and_says_when_nothing_was_simulated()
     res = plan(goal="max-throughput", budget_cost="1xA100", duration=10, designs="HH,A100", jobs=1)   # not 2 H100
     buf = io.StringIO()
     render_plan(res, console=buf)
-    assert f"the budget of {BUILTIN_MACHINES['dgx-a100'].cost:g} buys no complete splitwise-hh" in buf.getvalue()
+    a100, h100 = BUILTIN_MACHINES["dgx-a100"].cost, BUILTIN_MACHINES["dgx-h100"].cost
+    assert (f"the budget of {a100:,.4g} USD/h buys no complete splitwise-hh (its least is {2 * h100:,.4g} USD/h)"
+            in " ".join(buf.getvalue().split()))
     none = replace(res, designs=[d for d in res.designs if d.design == "splitwise-hh"])
     buf = io.StringIO()
     render_plan(none, console=buf)
