@@ -1,4 +1,4 @@
-"""Find the data files that ship with splitwise-plan (profiles, SLOs, workloads).
+"""Find the data files that ship with splitwise-plan (profiles, SLOs, workloads, model architectures).
 
 An installed wheel carries them as package data under ``splitwise_plan/_data``;
 a source checkout has them at the repository root. The installed copy wins.
@@ -16,11 +16,11 @@ from splitwise_plan.errors import SplitwisePlanError
 PACKAGE_DIR = Path(__file__).resolve().parent.parent   # splitwise_plan/
 INSTALLED_DATA_DIR = PACKAGE_DIR / "_data"
 SOURCE_ROOT = PACKAGE_DIR.parent
-DATA_KINDS = ("profiles", "slos", "workloads")
+DATA_KINDS = ("profiles", "slos", "workloads", "models")
 
 
 def data_dir(kind: str) -> Path:
-    """Folder holding the shipped data of one kind (``profiles``, ``slos`` or ``workloads``)."""
+    """Folder holding the shipped data of one kind (``profiles``, ``slos``, ``workloads`` or ``models``)."""
     if kind not in DATA_KINDS:
         raise SplitwisePlanError(f"unknown data kind {kind!r}; valid: {', '.join(DATA_KINDS)}")
     for base in (INSTALLED_DATA_DIR, SOURCE_ROOT):
