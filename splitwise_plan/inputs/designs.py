@@ -43,6 +43,10 @@ DESIGNS: dict[str, Design] = {
     )
 }
 
+#: Short names of the built-in machine types, as a design's pools may name them (``H100:H200``).
+SHORT_NAMES = {"a100": "dgx-a100", "h100": "dgx-h100", "h100cap": "dgx-h100-cap", "h100-cap": "dgx-h100-cap",
+               "h100pcap": "dgx-h100-cap", "h200": "dgx-h200", "b200": "dgx-b200", "mi300x": "mi300x-8"}
+
 #: Names a machine type may not take, in lower case: a design's name or short form, or ``baseline``
 #: (of ``baseline:MACHINE``), which ``--design`` and ``--designs`` would read as the design.
 RESERVED_NAMES = frozenset({"baseline"} | {n.lower() for d in DESIGNS.values() for n in (d.name, d.short)})
@@ -50,7 +54,9 @@ RESERVED_NAMES = frozenset({"baseline"} | {n.lower() for d in DESIGNS.values() f
 
 def get_design(name: str) -> Design:
     """Look a design up by full or short name, in any case; or build one of the machine catalog's
-    types: ``PROMPT:TOKEN`` (a Splitwise design, e.g. ``my-b200:dgx-a100``) or ``baseline:MACHINE``.
+    types: ``PROMPT:TOKEN`` (a Splitwise design, e.g. ``my-b200:dgx-a100``, or ``H100:H200`` by the
+    built-in machines' short names, which :func:`~splitwise_plan.inputs.machines.with_short_names`
+    adds to a catalog) or ``baseline:MACHINE``.
 
     A built design whose machines are a shipped design's is that design (``dgx-h100:dgx-a100`` is
     Splitwise-HA). Whether the machine types exist is the catalog's to say, where it is loaded.

@@ -1,5 +1,7 @@
-"""Machines: one DGX server, its GPUs and memory, its price per hour and provisioned power (in named
-units, USD/h and kW by default), and where those numbers come from."""
+"""Machines: one 8-GPU server (DGX A100/H100/H200/B200, an MI300X platform), its GPUs and memory, the
+data-sheet numbers of its GPUs (HBM bandwidth, dense bf16/fp8 TFLOPS, GPU-to-GPU bandwidth, power cap),
+its price per hour and provisioned power (in named units, USD/h and kW by default), and where those
+numbers come from; the machine files that override or extend the catalog, and short names (``H200``)."""
 
 from __future__ import annotations
 
@@ -12,14 +14,21 @@ from pathlib import Path
 from typing import Mapping
 
 from splitwise_plan.errors import SplitwisePlanError, by_name, choices, whole_number
-from splitwise_plan.inputs.designs import RESERVED_NAMES
+from splitwise_plan.inputs.designs import RESERVED_NAMES, SHORT_NAMES
 from splitwise_plan.inputs.paths import read_toml
 
 GIB = 1024**3
 
 
 #: Upper bounds of a machine's numbers: far beyond any machine, and within what the simulators compute with.
-_MOST = {"gpus": 4096, "hbm_bytes_per_gpu": 2**50, "hbm_gib_per_gpu": 2**20, "cost": 1e12, "power": 1e12}
+_MOST = {"gpus": 4096, "hbm_bytes_per_gpu": 2**50, "hbm_gib_per_gpu": 2**20, "cost": 1e12, "power": 1e12,
+         "hbm_bandwidth_tbps": 1e4, "bf16_tflops": 1e7, "fp8_tflops": 1e7, "interconnect_gbps": 1e7,
+         "power_cap": 1.0}
+#: A GPU's data-sheet numbers, each optional (None: unknown, or for ``fp8_tflops`` no fp8, for
+#: ``power_cap`` not capped): HBM bandwidth per GPU (TB/s), dense bf16 and fp8 TFLOPS per GPU, its
+#: GPU-to-GPU bandwidth within the machine (GB/s, NVLink or Infinity Fabric, both directions), and the
+#: fraction of its rated power a capped variant runs at.
+SHEET_KEYS = ("hbm_bandwidth_tbps", "bf16_tflops", "fp8_tflops", "interconnect_gbps", "power_cap")
 
 
 def _number(where: str, key: str, value, *, integer: bool = False) -> float | int:
@@ -51,7 +60,10 @@ class Machine:
     ``cost`` is the price of one machine per hour in ``cost_unit`` (USD/h unless a machine file says
     otherwise), ``power`` its provisioned power in ``power_unit`` (kW). ``source`` says where the
     numbers come from; ``base`` names the machine this one derives from (the power-capped DGX-H100
-    is a DGX-H100), whose cost and power overrides it follows.
+    is a DGX-H100), whose cost and power overrides it follows, and whose data sheet it takes.
+    The data-sheet numbers (``SHEET_KEYS``) are per GPU and None when unknown: ``hbm_bandwidth_tbps``
+    (TB/s), ``bf16_tflops`` and ``fp8_tflops`` (dense; no fp8: None), ``interconnect_gbps`` (GB/s
+    within the machine) and ``power_cap`` (a capped variant's fraction of rated power, at most 1).
     """
 
     name: str
@@ -64,6 +76,11 @@ class Machine:
     power_unit: str = DEFAULT_POWER_UNIT
     source: str = ""
     base: str | None = None
+    hbm_bandwidth_tbps: float | None = None
+    bf16_tflops: float | None = None
+    fp8_tflops: float | None = None
+    interconnect_gbps: float | None = None
+    power_cap: float | None = None
 
     def __post_init__(self) -> None:
         """Numbers as plain Python ones within ``_MOST``; a user error names the machine and field."""
@@ -82,6 +99,9 @@ class Machine:
             object.__setattr__(self, key, whole_number(getattr(self, key), f"{where}: {key}", 1, _MOST[key]))
         for key in ("cost", "power"):
             object.__setattr__(self, key, _number(where, key, getattr(self, key)))
+        for key in SHEET_KEYS:   # unknown stays None
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, _number(where, key, getattr(self, key)))
 
     @property
     def hbm_bytes(self) -> int:
@@ -102,24 +122,74 @@ PAPER_COST_RATIO = 4.76 / 2.21
 PAPER_POWER_CAP = 0.7
 #: AWS p4de.24xlarge (8x A100 80GB) on-demand list price, us-east-1, USD per hour.
 A100_USD_PER_HOUR = 40.97
-#: Maximum system power from the NVIDIA DGX A100 and DGX H100 data sheets, kW.
+#: The DGX H100's price: the A100's at the paper's cost ratio.
+H100_USD_PER_HOUR = A100_USD_PER_HOUR * PAPER_COST_RATIO
+#: Maximum system power from the NVIDIA DGX A100, DGX H100, DGX H200 and DGX B200 data sheets, kW.
 A100_KW = 6.5
 H100_KW = 10.2
+H200_KW = 10.2
+B200_KW = 14.3
+#: An 8x MI300X platform's power, kW, an estimate: 8 GPUs at their 750 W board power (AMD Instinct
+#: MI300X data sheet) and about 4 kW of host (CPUs, memory, NICs, fans), as in a DGX H100's 10.2 kW.
+MI300X_KW = 10.0
+#: The price of one machine per hour relative to the DGX H100's, where no on-demand list price is used.
+#: H200: AWS EC2 Capacity Blocks effective hourly rates, p5e.48xlarge (8x H200) $43.26 to p5.48xlarge
+#: (8x H100) $39.33, US East (Ohio), as AWS listed them before its 2025-01-01 update.
+H200_COST_RATIO = 43.26 / 39.33
+#: B200: the DGX B200's to the DGX H100's maximum system power (14.3 / 10.2 kW); a stated guess.
+B200_COST_RATIO = B200_KW / H100_KW
+#: MI300X: priced as the DGX H100 (ratio 1); a stated guess.
+MI300X_COST_RATIO = 1.0
+#: Data sheets of the GPUs, per GPU: HBM TB/s, dense bf16 and fp8 TFLOPS (the sheets' "with sparsity"
+#: numbers halved), GPU-to-GPU GB/s within the machine (both directions, as NVIDIA gives NVLink's).
+A100_SHEET = {"hbm_bandwidth_tbps": 2.039, "bf16_tflops": 312.0, "fp8_tflops": None, "interconnect_gbps": 600.0}
+H100_SHEET = {"hbm_bandwidth_tbps": 3.35, "bf16_tflops": 989.0, "fp8_tflops": 1979.0, "interconnect_gbps": 900.0}
+H200_SHEET = {**H100_SHEET, "hbm_bandwidth_tbps": 4.8}
+B200_SHEET = {"hbm_bandwidth_tbps": 8.0, "bf16_tflops": 2250.0, "fp8_tflops": 4500.0, "interconnect_gbps": 1800.0}
+#: MI300X: 7 Infinity Fabric links of 128 GB/s (both directions) each, one to each other GPU of the
+#: 8: 896 GB/s per GPU when it talks to all seven (one pair of GPUs shares only one link, 128 GB/s).
+MI300X_SHEET = {"hbm_bandwidth_tbps": 5.3, "bf16_tflops": 1307.0, "fp8_tflops": 2615.0, "interconnect_gbps": 896.0}
+#: Data sheets' GB are 10^9 bytes (the A100 and H100 entries keep the 80 GiB they always had).
+GB = 10**9
 
 BUILTIN_MACHINES: dict[str, Machine] = {
     "dgx-a100": Machine(
-        "dgx-a100", "a100-80gb", 8, 80 * GIB, cost=A100_USD_PER_HOUR, power=A100_KW,
+        "dgx-a100", "a100-80gb", 8, 80 * GIB, cost=A100_USD_PER_HOUR, power=A100_KW, **A100_SHEET,
         source="cost: AWS p4de.24xlarge (8x A100 80GB) on-demand list price, us-east-1; "
-               "power: NVIDIA DGX A100 data sheet, max system power"),
+               "power: NVIDIA DGX A100 data sheet, max system power; GPU: NVIDIA A100 80GB SXM data sheet "
+               "(2.039 TB/s, 312 dense bf16 TFLOPS, no fp8, NVLink 600 GB/s)"),
     "dgx-h100": Machine(
-        "dgx-h100", "h100-80gb", 8, 80 * GIB, cost=A100_USD_PER_HOUR * PAPER_COST_RATIO, power=H100_KW,
+        "dgx-h100", "h100-80gb", 8, 80 * GIB, cost=H100_USD_PER_HOUR, power=H100_KW, **H100_SHEET,
         source="cost: the DGX A100's x 4.76/2.21, the Splitwise paper's H100:A100 cost ratio; "
-               "power: NVIDIA DGX H100 data sheet, max system power"),
+               "power: NVIDIA DGX H100 data sheet, max system power; GPU: NVIDIA H100 SXM data sheet "
+               "(3.35 TB/s, 989 dense bf16 and 1979 dense fp8 TFLOPS, NVLink 900 GB/s)"),
     "dgx-h100-cap": Machine(
-        "dgx-h100-cap", "h100-80gb-pcap", 8, 80 * GIB, cost=A100_USD_PER_HOUR * PAPER_COST_RATIO,
-        power=round(PAPER_POWER_CAP * H100_KW, 6), base="dgx-h100",
+        "dgx-h100-cap", "h100-80gb-pcap", 8, 80 * GIB, cost=H100_USD_PER_HOUR,
+        power=round(PAPER_POWER_CAP * H100_KW, 6), base="dgx-h100", **H100_SHEET, power_cap=PAPER_POWER_CAP,
         source="cost: the DGX H100's (a power cap does not change the price); "
-               "power: 70% of the DGX H100's, the Splitwise paper's power cap"),
+               "power: 70% of the DGX H100's, the Splitwise paper's power cap; GPU: the NVIDIA H100 SXM "
+               "data sheet's, as the DGX H100's"),
+    "dgx-h200": Machine(
+        "dgx-h200", "h200-141gb", 8, 141 * GB, cost=H100_USD_PER_HOUR * H200_COST_RATIO, power=H200_KW,
+        **H200_SHEET,
+        source="cost: an estimate, the DGX H100's x 43.26/39.33, the ratio of AWS EC2 Capacity Blocks rates "
+               "of p5e.48xlarge (8x H200) to p5.48xlarge (8x H100), US East (Ohio); "
+               "power: NVIDIA DGX H200 data sheet, max system power; GPU: NVIDIA H200 SXM data sheet "
+               "(141 GB HBM3e, 4.8 TB/s, 989 dense bf16 and 1979 dense fp8 TFLOPS, NVLink 900 GB/s)"),
+    "dgx-b200": Machine(
+        "dgx-b200", "b200-180gb", 8, 180 * GB, cost=H100_USD_PER_HOUR * B200_COST_RATIO, power=B200_KW,
+        **B200_SHEET,
+        source="cost: an estimate, the DGX H100's x 14.3/10.2, the DGX B200:DGX H100 max-power ratio "
+               "(no public on-demand list price used); power: NVIDIA DGX B200 data sheet, max system power "
+               "(about 14.3 kW); GPU: NVIDIA DGX B200 and HGX B200 data sheets (1,440 GB HBM3e in all, "
+               "8 TB/s, 2250 dense bf16 and 4500 dense fp8 TFLOPS, NVLink 1800 GB/s)"),
+    "mi300x-8": Machine(
+        "mi300x-8", "mi300x-192gb", 8, 192 * GB, cost=H100_USD_PER_HOUR * MI300X_COST_RATIO, power=MI300X_KW,
+        **MI300X_SHEET,
+        source="cost: an estimate, the DGX H100's (ratio 1.0; no public on-demand list price used); "
+               "power: an estimate, 8x 750 W GPU board power (AMD Instinct MI300X data sheet) plus about "
+               "4 kW of host; GPU: AMD Instinct MI300X data sheet (192 GB HBM3, 5.3 TB/s, 1307 dense "
+               "bf16 and 2615 dense fp8 TFLOPS, Infinity Fabric 7 links x 128 GB/s = 896 GB/s)"),
 }
 
 
@@ -143,7 +213,8 @@ def catalog_units(machines) -> tuple[str, str]:
 
 # --- loading user overrides -------------------------------------------------
 
-MACHINE_KEYS = ("hardware", "gpus", "hbm_bytes_per_gpu", "hbm_gib_per_gpu", "cost", "power", "source", "base")
+MACHINE_KEYS = ("hardware", "gpus", "hbm_bytes_per_gpu", "hbm_gib_per_gpu", "cost", "power", "source", "base",
+                *SHEET_KEYS)
 UNIT_KEYS = ("cost", "power")
 _NUMBERS = ("hardware", "gpus", "hbm_bytes_per_gpu", "cost", "power")
 
@@ -157,7 +228,10 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
     sets are in its ``[units]`` (``cost``, ``power``; default USD/h and kW); a number the file
     does not set keeps its own unit. A machine whose ``base``'s cost or power the file sets, and
     that does not set its own, follows it: the cost is copied, the power scaled by the same factor.
-    Names are matched in any case, so the catalog keeps each (key and ``Machine.name``) in lower case.
+    The data-sheet numbers (``SHEET_KEYS``) are optional; a machine with a base takes those it does
+    not set from it (a builtin variant follows the numbers the file changes on its base). A table
+    that sets ``power_cap`` but not ``power`` and has a base provisions that share of the base's
+    uncapped power. Names are matched in any case, so the catalog keeps each (key and ``Machine.name``) in lower case.
     """
     machines = dict(BUILTIN_MACHINES)
     if path is None:
@@ -174,12 +248,13 @@ def load_machines(path: str | Path | None = None) -> dict[str, Machine]:
     for name, (where, fields) in given.items():
         if "base" in fields:
             fields["base"] = _base_name(where, fields["base"], name, known)
-    changed: dict[str, set] = {"cost": set(), "power": set()}   # machines whose cost/power the file set
+    # machines whose cost, power or data-sheet number the file set (or changed through their base)
+    changed: dict[str, set] = {key: set() for key in ("cost", "power", *SHEET_KEYS)}
     for name in _bases_first(path, given, machines):
         where, fields = given.get(name, (f"machine file {path}, {_table(name)}", {}))
         old = BUILTIN_MACHINES.get(name)
         base = fields.get("base", old.base if old is not None else None)
-        if name not in given and not (base in changed["cost"] or base in changed["power"]):
+        if name not in given and not any(base in names for names in changed.values()):
             continue   # a builtin the file leaves alone
         values = _resolve(path, name, fields, old, machines.get(base), units, changed)
         try:
@@ -254,7 +329,7 @@ def _table_fields(where: str, spec) -> dict:
         if fields["hbm_bytes_per_gpu"] < 1:   # rounds to no byte: said of the key the file gives
             raise SplitwisePlanError(f"{where}: hbm_gib_per_gpu must be at least {1 / GIB:.3g} (one byte), "
                                      f"got {spec['hbm_gib_per_gpu']!r}")
-    for key in ("cost", "power"):
+    for key in ("cost", "power", *SHEET_KEYS):
         if key in spec:
             fields[key] = _number(where, key, spec[key])
     return fields
@@ -295,17 +370,23 @@ def _bases_first(path, given: dict, machines: dict) -> list[str]:
 def _resolve(path, name: str, fields: dict, old: Machine | None, base: Machine | None, units: dict,
              changed: dict) -> dict:
     """A machine's fields from the file's ``fields``, the builtin ``old`` and its resolved ``base``;
-    records in ``changed`` whether its cost and power are the file's (set, followed or inherited)."""
+    records in ``changed`` whether its cost, power and data-sheet numbers are the file's (set, followed
+    or inherited)."""
     start = old if old is not None else base   # a new machine takes what it does not set from its base
     values = {} if start is None else {
         "hardware": start.hardware, "gpus": start.gpus, "hbm_bytes_per_gpu": start.hbm_bytes_per_gpu,
         "cost": start.cost, "power": start.power, "cost_unit": start.cost_unit, "power_unit": start.power_unit}
     values.update({k: fields[k] for k in ("hardware", "gpus", "hbm_bytes_per_gpu") if k in fields})
     values["base"] = fields.get("base", old.base if old is not None else None)
+    sheet_followed = _resolve_sheet(name, fields, old, base, values, changed)
     followed = []
     for key in ("cost", "power"):
         if key in fields:
             values[key], values[f"{key}_unit"] = fields[key], units[key]
+        elif key == "power" and "power_cap" in fields and base is not None:
+            # a capped variant: that share of its base's uncapped power, in the base's unit
+            values[key] = base.power * fields["power_cap"] / (base.power_cap or 1.0)
+            values["power_unit"] = base.power_unit
         elif base is not None and (old is None or base.name in changed[key]):
             factor = 1.0
             if key == "power" and old is not None and base.name in BUILTIN_MACHINES:
@@ -316,6 +397,7 @@ def _resolve(path, name: str, fields: dict, old: Machine | None, base: Machine |
         else:
             continue
         changed[key].add(name)
+    followed += ["data sheet"] if sheet_followed else []
     missing = [k for k in _NUMBERS if k not in values]
     if missing:
         raise SplitwisePlanError(
@@ -326,11 +408,30 @@ def _resolve(path, name: str, fields: dict, old: Machine | None, base: Machine |
     return values
 
 
+def _resolve_sheet(name: str, fields: dict, old: Machine | None, base: Machine | None, values: dict,
+                   changed: dict) -> bool:
+    """Fill ``values`` with a machine's data-sheet numbers: the file's, else its base's when it is new or
+    the file changed them on its base, else its builtin ones; records in ``changed`` the numbers that
+    differ from the builtin's. True when a builtin machine follows a number of its base."""
+    followed = False
+    for key in SHEET_KEYS:
+        if key in fields:
+            values[key] = fields[key]
+        elif base is not None and (old is None or base.name in changed[key]):
+            values[key] = getattr(base, key)
+            followed = followed or old is not None
+        else:
+            values[key] = getattr(old, key, None)
+        if old is None or values[key] != getattr(old, key):
+            changed[key].add(name)
+    return followed
+
+
 def _source(path, fields: dict, old: Machine | None, base: str | None, followed: list) -> str:
     """Where a machine's numbers come from: the table's ``source``, else the file when it set them."""
     if "source" in fields:
         return fields["source"]
-    if "cost" in fields or "power" in fields or old is None:
+    if any(key in fields for key in ("cost", "power", *SHEET_KEYS)) or old is None:
         return f"machine file {path}"
     if followed:
         return f"{' and '.join(followed)} follow {base} in machine file {path}"
@@ -374,3 +475,55 @@ def get_machine(name: str, machines: dict[str, Machine] | None = None) -> Machin
         return by_name(pool, name)
     except (KeyError, TypeError):
         raise SplitwisePlanError(f"unknown machine {name!r}; valid: {choices(pool)}") from None
+
+
+#: Short names of the builtin machines, as designs and budgets write them (``H100:H200``,
+#: ``baseline:MI300X``, ``40xB200``), in lower case.
+#: The short names an error lists, as users write them.
+_SHORT_SHOWN = ("A100", "H100", "H100cap", "H200", "B200", "MI300X")
+
+
+def with_short_names(machines: dict) -> dict:
+    """``machines`` with the built-ins' short names (``h200``: ``dgx-h200``, ``SHORT_NAMES``) added as
+    further keys of the same machines, where the catalog has no machine of that name itself: a design
+    such as ``H100:H200`` then names its pools' machines."""
+    out = dict(machines)
+    for short, full in SHORT_NAMES.items():
+        if short not in out and full in out:
+            out[short] = out[full]
+    return out
+
+
+def is_short_name(name: str, machine) -> bool:
+    """Whether catalog key ``name`` is a short name of ``machine`` (added by :func:`with_short_names`)."""
+    return name in SHORT_NAMES and machine.name.lower() != name
+
+
+def machine_by_name(machines: Mapping[str, Machine] | None, name: str) -> Machine:
+    """The machine of ``machines`` (None: the builtins) that ``name`` names, in any case: its catalog name
+    (``dgx-h200``), a short name (``H200``, ``B200``, ``MI300X``, ``H100cap``: ``SHORT_NAMES``), its name
+    without ``dgx-``, or its hardware (``h200-141gb``; of several machines, the one without a base).
+    A catalog name comes first, so a machine file's own ``b200`` is that machine, not ``dgx-b200``.
+    An unknown or ambiguous name is a user error listing the valid ones."""
+    pool = BUILTIN_MACHINES if machines is None else machines
+    if not isinstance(name, str) or not name.strip():
+        raise SplitwisePlanError(f"a machine is named by a non-empty string such as 'dgx-h100' or 'H100', "
+                                 f"got {name!r}")
+    key = name.strip().lower()
+    for cand in (name.strip(), SHORT_NAMES.get(key), f"dgx-{key}"):
+        if cand is not None:
+            try:
+                return by_name(pool, cand)
+            except KeyError:
+                pass
+    same = [m for m in pool.values() if getattr(m, "hardware", None) == key]
+    if len(same) > 1:   # a variant (base) shares its base's hardware: the base
+        same = [m for m in same if m.base is None] or same
+    if len(same) == 1:
+        return same[0]
+    if same:
+        raise SplitwisePlanError(f"machine {name!r} is the hardware of {choices(m.name for m in same)}; "
+                                 "name one of them")
+    shorts = ", ".join(n for n in _SHORT_SHOWN if SHORT_NAMES[n.lower()] in pool)
+    raise SplitwisePlanError(f"unknown machine {name!r}; valid: {choices(pool)}"
+                             + (f" (or a short name: {shorts})" if shorts else ""))

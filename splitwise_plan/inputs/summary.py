@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
+from splitwise_plan.inputs.machines import is_short_name
+
 
 def report_inputs(*, model: str, tensor_parallel: int, workload: str | None = None,
                   trace: str | Path | None = None, rate: float | None = None,
@@ -37,7 +39,7 @@ def report_inputs(*, model: str, tensor_parallel: int, workload: str | None = No
         doc["machine_catalog"] = {
             name: {"hardware": m.hardware, "gpus": m.gpus, "hbm_bytes_per_gpu": m.hbm_bytes_per_gpu,
                    "cost": m.cost, "power": m.power, "cost_unit": _unit(m, "cost"), "power_unit": _unit(m, "power")}
-            for name, m in machines.items()}
+            for name, m in machines.items() if not is_short_name(name, m)}
     doc.update(extra)
     return doc
 

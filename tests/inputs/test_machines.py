@@ -8,7 +8,7 @@ import pytest
 
 from splitwise_plan import BUILTIN_MACHINES, BUILTIN_MODELS, SplitwisePlanError, get_machine, get_model, load_machines
 from splitwise_plan.cli import main
-from splitwise_plan.inputs.machines import GIB, Machine, catalog_units
+from splitwise_plan.inputs.machines import GIB, SHEET_KEYS, Machine, catalog_units, machine_by_name
 
 B200 = """
 [machines.B200]
@@ -19,6 +19,14 @@ cost = 4.0
 power = 40.0
 """
 
+#: The builtin machines beyond the paper's: hardware, HBM bytes per GPU (data sheets' GB are 1e9 bytes),
+#: kW, and the data sheet (HBM TB/s, dense bf16 and fp8 TFLOPS, GPU-to-GPU GB/s)
+NEW_MACHINES = {
+    "dgx-h200": ("h200-141gb", 141 * 10**9, 10.2, (4.8, 989.0, 1979.0, 900.0)),
+    "dgx-b200": ("b200-180gb", 180 * 10**9, 14.3, (8.0, 2250.0, 4500.0, 1800.0)),
+    "mi300x-8": ("mi300x-192gb", 192 * 10**9, 10.0, (5.3, 1307.0, 2615.0, 896.0)),
+}
+
 
 def test_builtin_machines_are_priced_per_hour_and_powered_in_kw_with_their_sources():
     # cost: AWS p4de.24xlarge list price, the H100's at the paper's ratio 4.76/2.21 of it;
@@ -26,7 +34,7 @@ def test_builtin_machines_are_priced_per_hour_and_powered_in_kw_with_their_sourc
     h100_usd = 40.97 * 4.76 / 2.21   # 88.2431 USD/h
     expected = {"dgx-a100": ("a100-80gb", 40.97, 6.5, None), "dgx-h100": ("h100-80gb", h100_usd, 10.2, None),
                 "dgx-h100-cap": ("h100-80gb-pcap", h100_usd, 7.14, "dgx-h100")}
-    assert set(BUILTIN_MACHINES) == set(expected)
+    assert set(BUILTIN_MACHINES) == set(expected) | set(NEW_MACHINES)
     for name, (hw, cost, power, base) in expected.items():
         m = BUILTIN_MACHINES[name]
         assert (m.hardware, m.gpus, m.hbm_bytes_per_gpu, m.base) == (hw, 8, 85899345920, base)
@@ -118,8 +126,8 @@ power = 20.5
     ("[units]\npower = 1000\n[machines.dgx-a100]\ncost=1", "[units]: power must be a non-empty string"),
     ("[machines.dgx-a100]\nsource = 3", "[machines.dgx-a100]: source must be a string, got 3"),
     ("[machines.dgx-a100]\nbase = ''", "[machines.dgx-a100]: base must be a non-empty string"),
-    ("[machines.dgx-a100]\nbase = 'dgx-b200'", "[machines.dgx-a100]: base 'dgx-b200' names no machine; valid: "
-                                              "dgx-h100, dgx-h100-cap"),
+    ("[machines.dgx-a100]\nbase = 'dgx-b300'", "[machines.dgx-a100]: base 'dgx-b300' names no machine; valid: "
+                                              "dgx-b200, dgx-h100, dgx-h100-cap, dgx-h200, mi300x-8"),
     ("[machines.dgx-a100]\nbase = 'DGX-A100'", "[machines.dgx-a100]: base names the machine itself"),
     ("[machines.dgx-h100]\nbase = 'dgx-h100-cap'",
      "the bases of [machines.dgx-h100], [machines.dgx-h100-cap] go round (dgx-h100 -> dgx-h100-cap -> dgx-h100)"),
@@ -143,8 +151,9 @@ def test_missing_machine_file(tmp_path):
 
 
 def test_unknown_names_list_valid_ones():
-    with pytest.raises(SplitwisePlanError, match="unknown machine 'dgx-b200'; valid: dgx-a100, dgx-h100, dgx-h100-cap"):
-        get_machine("dgx-b200")
+    with pytest.raises(SplitwisePlanError, match="unknown machine 'dgx-b300'; valid: dgx-a100, dgx-b200, dgx-h100, "
+                                                 "dgx-h100-cap, dgx-h200, mi300x-8"):
+        get_machine("dgx-b300")
     with pytest.raises(SplitwisePlanError, match="unknown model 'gpt3'; valid: bloom-176b, llama2-70b"):
         get_model("gpt3")
 
@@ -267,7 +276,8 @@ def test_the_machines_command_names_units_and_sources(capsys, write):
     assert "cost (USD/h)" in out and "power (kW)" in out
     assert "40.97" in out and "88.24" in out and "7.14" in out and "p4de.24xlarge" in out
     path = write("m.toml", '[units]\ncost = "EUR/h"\n[machines.dgx-a100]\ncost = 38.5\n'
-                           '[machines.dgx-h100]\ncost = 80\n')
+                           '[machines.dgx-h100]\ncost = 80\n[machines.dgx-h200]\ncost = 90\n'
+                           '[machines.dgx-b200]\ncost = 110\n[machines.mi300x-8]\ncost = 70\n')
     assert main(["machines", "--machines-file", str(path)]) == 0
     out = capsys.readouterr().out
     assert "cost (EUR/h)" in out and "38.50" in out and "80.00" in out   # the capped H100 follows: all EUR
@@ -275,3 +285,153 @@ def test_the_machines_command_names_units_and_sources(capsys, write):
     assert main(["machines", "--machines-file", str(path)]) == 0
     out = capsys.readouterr().out
     assert "6,500 W" in out and "10.2 kW" in out and "mixes units" in out
+
+
+# --- data sheets, the newer machines and short names ---------------------------------------
+
+def test_the_paper_machines_carry_their_gpus_data_sheets():
+    sheet = {name: tuple(getattr(m, k) for k in SHEET_KEYS) for name, m in BUILTIN_MACHINES.items()}
+    assert sheet["dgx-a100"] == (2.039, 312.0, None, 600.0, None)   # the A100 has no fp8
+    assert sheet["dgx-h100"] == (3.35, 989.0, 1979.0, 900.0, None)
+    assert sheet["dgx-h100-cap"] == (3.35, 989.0, 1979.0, 900.0, 0.7)
+    assert "A100 80GB SXM data sheet" in BUILTIN_MACHINES["dgx-a100"].source
+    assert "H100 SXM data sheet" in BUILTIN_MACHINES["dgx-h100"].source
+    assert "H100 SXM" in BUILTIN_MACHINES["dgx-h100-cap"].source
+
+
+@pytest.mark.parametrize("name", sorted(NEW_MACHINES))
+def test_the_newer_machines_numbers_units_and_sources(name):
+    hw, hbm, kw, sheet = NEW_MACHINES[name]
+    m = BUILTIN_MACHINES[name]
+    assert (m.hardware, m.gpus, m.hbm_bytes_per_gpu, m.base, m.power_cap) == (hw, 8, hbm, None, None)
+    assert (m.hbm_bandwidth_tbps, m.bf16_tflops, m.fp8_tflops, m.interconnect_gbps) == sheet
+    assert m.power == pytest.approx(kw) and (m.cost_unit, m.power_unit) == ("USD/h", "kW")
+    assert "data sheet" in m.source and "estimate" in m.source and "\n" not in m.source
+    assert get_machine(name) is m and load_machines(None)[name] == m
+
+
+def test_the_newer_machines_prices_are_the_h100s_at_stated_ratios():
+    h100 = BUILTIN_MACHINES["dgx-h100"].cost
+    assert BUILTIN_MACHINES["dgx-h200"].cost == pytest.approx(h100 * 43.26 / 39.33)   # AWS Capacity Blocks rates
+    assert BUILTIN_MACHINES["dgx-b200"].cost == pytest.approx(h100 * 14.3 / 10.2)     # max-power ratio
+    assert BUILTIN_MACHINES["mi300x-8"].cost == pytest.approx(h100)
+    assert "43.26/39.33" in BUILTIN_MACHINES["dgx-h200"].source
+    assert "14.3/10.2" in BUILTIN_MACHINES["dgx-b200"].source
+    assert "896 GB/s" in BUILTIN_MACHINES["mi300x-8"].source
+    assert BUILTIN_MACHINES["dgx-b200"].hbm_of() == 1440 * 10**9   # the DGX B200's 1,440 GB
+
+
+def test_a_machine_file_sets_data_sheet_numbers_and_adds_a_machine_with_them(write):
+    path = write("m.toml", """
+[machines.dgx-a100]
+hbm_bandwidth_tbps = 1.935
+fp8_tflops = 100
+[machines.my-gpu]
+hardware = "h100-80gb"
+gpus = 4
+hbm_gib_per_gpu = 96
+cost = 20.0
+power = 5.0
+hbm_bandwidth_tbps = 4.0
+bf16_tflops = 1000
+fp8_tflops = 2000
+interconnect_gbps = 450
+""")
+    ms = load_machines(path)
+    a, mine = ms["dgx-a100"], ms["my-gpu"]
+    assert (a.hbm_bandwidth_tbps, a.bf16_tflops, a.fp8_tflops, a.interconnect_gbps) == (1.935, 312.0, 100.0, 600.0)
+    assert (a.cost, a.power) == (40.97, 6.5) and a.source == f"machine file {path}"
+    assert tuple(getattr(mine, k) for k in SHEET_KEYS) == (4.0, 1000.0, 2000.0, 450.0, None)
+    assert isinstance(mine.bf16_tflops, float)
+    assert ms["dgx-h100"] == BUILTIN_MACHINES["dgx-h100"]   # the others untouched
+    bare = load_machines(write("n.toml", B200))["b200"]   # a machine without a data sheet: unknown
+    assert all(getattr(bare, k) is None for k in SHEET_KEYS)
+
+
+def test_a_capped_variant_of_a_new_gpu_takes_its_bases_sheet_and_a_share_of_its_power(write):
+    ms = load_machines(write("m.toml", '[machines.h200-cap]\nbase = "dgx-h200"\npower_cap = 0.7\n'
+                                       '[machines.h200-cheap]\nbase = "h200-cap"\ncost = 50.0\n'))
+    cap, h200, cheap = ms["h200-cap"], ms["dgx-h200"], ms["h200-cheap"]
+    assert (cap.hardware, cap.gpus, cap.hbm_bytes_per_gpu, cap.cost) == (
+        h200.hardware, 8, h200.hbm_bytes_per_gpu, h200.cost)
+    assert tuple(getattr(cap, k) for k in SHEET_KEYS) == (4.8, 989.0, 1979.0, 900.0, 0.7)
+    assert cap.power == pytest.approx(0.7 * 10.2) and cap.power_unit == "kW"
+    assert (cheap.power_cap, cheap.power, cheap.cost) == (0.7, cap.power, 50.0)   # a variant of a variant
+    assert h200 == BUILTIN_MACHINES["dgx-h200"]
+
+
+def test_the_capped_h100_follows_the_data_sheet_the_file_gives_its_base(write):
+    ms = load_machines(write("m.toml", "[machines.dgx-h100]\nhbm_bandwidth_tbps = 3.9\n"))
+    cap = ms["dgx-h100-cap"]
+    assert (cap.hbm_bandwidth_tbps, cap.bf16_tflops, cap.power_cap) == (3.9, 989.0, 0.7)
+    assert (cap.cost, cap.power) == (BUILTIN_MACHINES["dgx-h100-cap"].cost, 7.14)
+    assert cap.source.startswith("data sheet follow dgx-h100 in machine file ")
+    own = load_machines(write("n.toml", "[machines.dgx-h100]\nhbm_bandwidth_tbps = 3.9\n"
+                                        "[machines.dgx-h100-cap]\nhbm_bandwidth_tbps = 3.0\npower_cap = 0.5\n"))
+    assert (own["dgx-h100-cap"].hbm_bandwidth_tbps, own["dgx-h100-cap"].power_cap) == (3.0, 0.5)
+    assert own["dgx-h100-cap"].power == pytest.approx(0.5 * 10.2)   # the cap it sets, of its base's power
+
+
+@pytest.mark.parametrize("key,value,needle", [
+    ("hbm_bandwidth_tbps", -1, "hbm_bandwidth_tbps must be positive and finite, got -1"),
+    ("bf16_tflops", "989", "bf16_tflops must be a number, got '989'"),
+    ("fp8_tflops", float("inf"), "fp8_tflops must be positive and finite, got inf"),
+    ("interconnect_gbps", 0, "interconnect_gbps must be positive and finite, got 0"),
+    ("power_cap", 1.5, "power_cap must be at most 1, got 1.5"),
+    ("power_cap", True, "power_cap must be a number, got True"),
+    ("bf16_tflops", 1e9, "bf16_tflops must be at most 1e+07, got 1000000000.0"),
+])
+def test_a_bad_data_sheet_number_is_one_line_naming_machine_and_field(write, key, value, needle):
+    with pytest.raises(SplitwisePlanError) as err:
+        Machine("box", "a100-80gb", 8, 80 * GIB, 3.0, 5.0, **{key: value})
+    assert str(err.value) == f"machine 'box': {needle}"
+    if isinstance(value, str) or value in (float("inf"), True):
+        return   # (TOML writes these differently)
+    path = write("m.toml", f"[machines.dgx-h200]\n{key} = {value!r}\n")
+    with pytest.raises(SplitwisePlanError) as err:
+        load_machines(path)
+    assert str(err.value) == f"machine file {path}, [machines.dgx-h200]: {needle}" and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name,machine", [
+    ("dgx-h200", "dgx-h200"), ("h200", "dgx-h200"), ("H200", "dgx-h200"), ("h200-141gb", "dgx-h200"),
+    ("B200", "dgx-b200"), ("DGX-B200", "dgx-b200"), ("b200-180gb", "dgx-b200"),
+    ("MI300X", "mi300x-8"), ("mi300x-192gb", "mi300x-8"), ("MI300X-8", "mi300x-8"),
+    ("H100", "dgx-h100"), ("A100", "dgx-a100"), ("H100cap", "dgx-h100-cap"), ("h100-80gb", "dgx-h100"),
+    (" h200 ", "dgx-h200"),
+])
+def test_short_names_resolve_to_the_catalogs_machines(name, machine):
+    assert machine_by_name(None, name) is BUILTIN_MACHINES[machine]
+    assert machine_by_name(BUILTIN_MACHINES, name) is BUILTIN_MACHINES[machine]
+
+
+def test_a_catalog_name_comes_before_a_short_name(write):
+    ms = load_machines(write("m.toml", B200 + '[machines.h200-spot]\nbase = "dgx-h200"\ncost = 40.0\n'))
+    assert machine_by_name(ms, "B200") is ms["b200"]              # the file's own b200, not dgx-b200
+    assert machine_by_name(ms, "dgx-b200") is ms["dgx-b200"]
+    assert machine_by_name(ms, "h200-141gb") is ms["dgx-h200"]    # its variant shares the hardware: the base
+    two = {"x": Machine("x", "gpu-1", 8, GIB, 1.0, 1.0), "y": Machine("y", "gpu-1", 8, GIB, 2.0, 1.0)}
+    with pytest.raises(SplitwisePlanError, match="machine 'GPU-1' is the hardware of x, y; name one of them"):
+        machine_by_name(two, "GPU-1")
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("h300", "unknown machine 'h300'; valid: dgx-a100, dgx-b200, dgx-h100, dgx-h100-cap, dgx-h200, mi300x-8 "
+             "(or a short name: A100, H100, H100cap, H200, B200, MI300X)"),
+    ("", "a machine is named by a non-empty string"), (None, "a machine is named by a non-empty string"),
+])
+def test_an_unknown_short_name_lists_the_valid_ones(name, needle):
+    with pytest.raises(SplitwisePlanError) as err:
+        machine_by_name(None, name)
+    assert needle in str(err.value)
+    only = {"dgx-a100": BUILTIN_MACHINES["dgx-a100"]}
+    with pytest.raises(SplitwisePlanError, match=r"valid: dgx-a100 \(or a short name: A100\)$"):
+        machine_by_name(only, "H200")
+
+
+def test_the_machines_command_shows_the_data_sheets(capsys):
+    assert main(["machines"]) == 0
+    out = capsys.readouterr().out
+    for text in ("TB/s", "bf16", "fp8", "TFLOPS", "dgx-h200", "dgx-b200", "mi300x-8", "2.039", "4.8", "2,250",
+                 "4,500", "1,307", "2,615", "97.06", "14.3", "131.3"):
+        assert text in out, text

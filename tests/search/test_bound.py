@@ -107,7 +107,7 @@ def test_parse_budget(spec, kind, value):
     assert parse_budget(spec, kind) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("spec", ["", "-5", "0", "40xB200", "forty", "nan", "40x"])
+@pytest.mark.parametrize("spec", ["", "-5", "0", "40xB300", "forty", "nan", "40x"])
 def test_bad_budgets(spec):
     with pytest.raises(SplitwisePlanError):
         parse_budget(spec, "power")
