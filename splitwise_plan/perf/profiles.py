@@ -62,6 +62,8 @@ class ProfileSet:
 
     table: pd.DataFrame = field(repr=False)
     source: str = "<DataFrame>"   # where the rows came from, for messages
+    #: (model, hardware, tensor parallelism) -> how its rows were estimated, for those not measured
+    estimates: dict = field(default_factory=dict, repr=False, compare=False)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -22,12 +22,13 @@ import numpy as np
 
 from splitwise_plan.errors import SplitwisePlanError, by_name, choices, whole_number
 from splitwise_plan.inputs.designs import Design, get_design, pool_size
-from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine
-from splitwise_plan.inputs.models import BUILTIN_MODELS, ModelSpec, get_model
+from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine, with_short_names
+from splitwise_plan.inputs.models import ModelSpec, get_model
 from splitwise_plan.inputs.slos import SLOSet, load_slos
 from splitwise_plan.inputs.workloads import RequestStream
 from splitwise_plan.perf.latency_model import reference_latencies
 from splitwise_plan.perf.profiles import ProfileSet
+from splitwise_plan.perf.sources import reference_latency, sourced_latency
 from splitwise_plan.sim.cluster import Cluster, Pool, SchedulerConfig, instance_layout
 from splitwise_plan.sim.metrics import PERCENTILES, Verdict, percentiles, request_latencies
 from splitwise_plan.sim.records import from_json, to_json
@@ -297,13 +298,13 @@ def _point(pt, least: int, most: int, shape: str) -> tuple:
 class Simulator:
     """Evaluates designs of one model on one request stream against one SLO set."""
 
-    def __init__(self, stream: RequestStream, model: str = "bloom-176b", *,
+    def __init__(self, stream: RequestStream, model: str | ModelSpec = "bloom-176b", *,
                  tensor_parallel: int = 8, profiles: ProfileSet | None = None,
                  machines: dict[str, Machine] | None = None, slos: SLOSet | None = None,
                  scheduler: SchedulerConfig | None = None, method: str = "fluid",
-                 stop_early: bool = False, threads: int = 1) -> None:
+                 stop_early: bool = False, threads: int = 1, stack=None) -> None:
         method = _check_method(method)
-        model = get_model(model).name   # BLOOM-176B is bloom-176b
+        model = get_model(model)   # BLOOM-176B is bloom-176b; a config.json's path is its architecture
         if machines is not None and (not isinstance(machines, Mapping)
                                      or not all(isinstance(m, Machine) for m in machines.values())):
             raise SplitwisePlanError(f"machines must map names to Machine (see load_machines), got {machines!r:.80}")
@@ -314,10 +315,11 @@ class Simulator:
         if len(stream) == 0:
             raise SplitwisePlanError("the request stream is empty")
         self.stream = stream
-        self.model: ModelSpec = BUILTIN_MODELS[model]
+        self.model: ModelSpec = model
+        self.stack = stack   # the serving stack of estimated latencies (None: the shipped default)
         self.tensor_parallel = whole_number(tensor_parallel, "tensor_parallel", 1, 1024)
         self.profiles = profiles if profiles is not None else ProfileSet.load()
-        self.machines = dict(machines) if machines is not None else dict(BUILTIN_MACHINES)
+        self.machines = with_short_names(dict(machines) if machines is not None else dict(BUILTIN_MACHINES))
         self.slos = slos if slos is not None else load_slos()
         self.scheduler = scheduler or SchedulerConfig()
         self.method = method
@@ -331,8 +333,9 @@ class Simulator:
         self.threads = whole_number(threads, "threads", 1, 1024)
         self._latency: dict[str, object] = {}
         self.pcts = tuple(sorted(set(PERCENTILES).union(*self.slos.percentiles().values())))
-        ref = self.slos.reference_model(self.profiles, model)
-        self.reference = reference_latencies(ref, stream.prompt_tokens, stream.output_tokens)
+        ref = reference_latency(self.slos, self.profiles, self.model, self.machines, stack)
+        self.reference_source = ref.detail   # the reference's latencies: measured, or estimated
+        self.reference = reference_latencies(ref.latency, stream.prompt_tokens, stream.output_tokens)
         self.overload_s = overload_wait(self.slos, self.reference)
 
     # -- inputs -------------------------------------------------------------------
@@ -359,9 +362,14 @@ class Simulator:
         return instance_layout(machine, self.tensor_parallel, design.is_baseline, self.model)
 
     def latency(self, machine: Machine):
+        """The latency model of ``machine``'s GPU: measured when the profiles have it, else estimated."""
+        return self.latency_source(machine).latency
+
+    def latency_source(self, machine: Machine):
+        """:class:`~splitwise_plan.perf.sources.Sourced`: the latency model of ``machine``'s GPU and whence."""
         if machine.hardware not in self._latency:
-            self._latency[machine.hardware] = self.profiles.latency_model(
-                self.model.name, machine.hardware, self.tensor_parallel)
+            self._latency[machine.hardware] = sourced_latency(self.profiles, self.model, machine,
+                                                              self.tensor_parallel, self.stack)
         return self._latency[machine.hardware]
 
     def cluster(self, design: str | Design, n_prompt: int, n_token: int = 0) -> Cluster:

@@ -1,0 +1,174 @@
+"""Where a pool's latencies come from. A measured profile wins wherever it holds the model on the GPU at
+that tensor parallelism. Elsewhere the analytic model (:mod:`.analytic`) estimates them, from the
+model's architecture, the machine's data sheet and the serving stack's efficiency (:mod:`.stack`).
+The resulting :class:`~.latency_model.LatencyModel` is the same kind either way, so the simulators never
+know which one they got. The reports do: :class:`Sourced` says which it was.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.perf.analytic import Accelerator, Architecture, estimate_rows
+from splitwise_plan.perf.latency_model import LatencyModel
+from splitwise_plan.perf.stack import Stack, load_stack
+
+MEASURED, ESTIMATED = "measured", "estimated"
+
+
+class Sourced(NamedTuple):
+    """A latency model and where it came from: ``kind`` measured or estimated, ``detail`` in words."""
+
+    latency: LatencyModel
+    kind: str
+    detail: str
+
+
+def architecture_of(model) -> Architecture:
+    """The analytic model's view of a :class:`~splitwise_plan.inputs.models.ModelSpec`."""
+    heads = int(getattr(model, "num_heads", 0) or 0)
+    if not heads:
+        raise SplitwisePlanError(f"model {model.name} gives no attention heads: its latency cannot be estimated "
+                                 "(give its config.json, or a measured profile with --profiles)")
+    params = float(getattr(model, "params", 0) or model.weights_bytes / max(getattr(model, "bytes_per_param", 2), 1))
+    return Architecture(model.name, params, int(model.num_layers), int(model.hidden_size), heads,
+                        int(getattr(model, "num_kv_heads", 0) or heads), float(model.weights_bytes),
+                        float(model.kv_bytes_per_token), getattr(model, "dtype", "bf16"))
+
+
+def accelerator_of(machine) -> Accelerator:
+    """The analytic model's view of a machine's GPU data sheet; a user error naming what is missing."""
+    missing = [k for k in ("hbm_bandwidth_tbps", "bf16_tflops") if getattr(machine, k, None) is None]
+    if missing:
+        raise SplitwisePlanError(f"machine {machine.name} has no {' or '.join(missing)} in its data sheet to "
+                                 "estimate latencies from (set them in a --machines-file, or give a measured "
+                                 "profile with --profiles)")
+    return Accelerator(machine.hardware, float(machine.hbm_bandwidth_tbps), float(machine.bf16_tflops),
+                       float(machine.fp8_tflops or 0.0), float(machine.interconnect_gbps or 0.0),
+                       float(machine.power_cap or 1.0))
+
+
+def has_profile(profiles, model: str, hardware: str, tensor_parallel: int) -> bool:
+    """Whether ``profiles`` holds ``model`` on ``hardware`` at this tensor parallelism (measured, or an
+    estimate added by :func:`with_estimates`)."""
+    try:
+        profiles.latency_model(model, hardware, tensor_parallel)
+    except SplitwisePlanError:
+        return False
+    return True
+
+
+def estimated(model, machine, tensor_parallel: int, stack: Stack | None = None) -> Sourced:
+    """The analytic estimate of ``model`` on ``machine``'s GPUs at this tensor parallelism."""
+    from splitwise_plan.perf.profiles import ProfileSet
+
+    rows, detail = _estimate_rows(model, machine, tensor_parallel, stack)
+    lm = ProfileSet(_frame(rows), source=f"<estimate of {model.name} on {machine.hardware}>").latency_model(
+        model.name, machine.hardware, tensor_parallel)
+    return Sourced(lm, ESTIMATED, detail)
+
+
+def _estimate_rows(model, machine, tensor_parallel: int, stack: Stack | None) -> tuple[list, str]:
+    stack = stack if stack is not None else load_stack()
+    rows = estimate_rows(architecture_of(model), accelerator_of(machine), int(tensor_parallel), stack)
+    return rows, f"estimated from data sheets (stack {stack.name})"
+
+
+def _frame(rows: list):
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def with_estimates(profiles, model, needs, stack: Stack | None = None):
+    """``profiles`` with the analytic estimate added for each (machine, tensor parallelism) of ``needs``
+    whose GPU they do not hold ``model`` on: a measured profile always wins. The added ones are listed in
+    the result's ``estimates`` ({(model, hardware, tp): how}); ``profiles`` itself when none is missing."""
+    import pandas as pd
+
+    from splitwise_plan.perf.profiles import ProfileSet
+
+    added, rows = {}, []
+    for machine, tp in needs:
+        key = (model.name.lower(), machine.hardware, int(tp))
+        if key in added or has_profile(profiles, model.name, machine.hardware, tp):
+            continue
+        new, added[key] = _estimate_rows(model, machine, tp, stack)
+        rows += new
+    if not added:
+        return profiles
+    table = pd.concat([profiles.table, _frame(rows)], ignore_index=True)
+    return ProfileSet(table, source=profiles.source, estimates={**profiles.estimates, **added})
+
+
+def source_of(profiles, model, machine, tensor_parallel: int) -> str:
+    """How ``profiles`` came by ``model``'s latencies on ``machine``'s GPU: measured (in which file) or
+    estimated (from which data sheet and stack)."""
+    how = profiles.estimates.get((model.name.lower(), machine.hardware, int(tensor_parallel)))
+    return how or f"measured ({_profile_name(profiles)})"
+
+
+def sourced_latency(profiles, model, machine, tensor_parallel: int, stack: Stack | None = None) -> Sourced:
+    """The latency model of ``model`` on ``machine``'s GPU from ``profiles`` when they hold it, else the estimate."""
+    if has_profile(profiles, model.name, machine.hardware, tensor_parallel):
+        how = source_of(profiles, model, machine, tensor_parallel)
+        return Sourced(profiles.latency_model(model.name, machine.hardware, tensor_parallel),
+                       ESTIMATED if how.startswith(ESTIMATED) else MEASURED, how)
+    return estimated(model, machine, tensor_parallel, stack)
+
+
+def _profile_name(profiles) -> str:
+    from pathlib import Path
+
+    source = str(getattr(profiles, "source", "") or "profile")
+    return Path(source).name if "/" in source else source
+
+
+def reference_machine(slos, model, machines):
+    """The catalog machine slowdowns are measured on (its GPU is the SLOs' reference hardware) and the
+    reason the model cannot run alone on it at the reference TP ('' when it can); (None, why) when the
+    catalog has no machine of that hardware."""
+    from splitwise_plan.inputs.models import weights_fit_problem
+
+    hw, tp = slos.reference_hardware.lower(), slos.reference_tensor_parallel
+    machine = next((m for m in machines.values() if m.hardware == hw and m.base is None), None)
+    if machine is None:
+        return None, f"no machine of the catalog has {hw} GPUs"
+    return machine, weights_fit_problem(model, machine, tp if tp < machine.gpus else 0) or ""
+
+
+def reference_latency(slos, profiles, model, machines, stack: Stack | None = None) -> Sourced:
+    """The latency model slowdowns are measured against: ``model`` alone on the SLOs' reference hardware
+    at their reference tensor parallelism; from ``profiles`` when they hold it, else estimated from the
+    data sheet of a catalog machine of that hardware. A model too big for that machine gets a nominal
+    reference (its slowdowns are then only indicative), and a user error if an SLO is a slowdown."""
+    hw, tp = slos.reference_hardware, slos.reference_tensor_parallel
+    if has_profile(profiles, model.name, hw, tp):
+        machine = next((m for m in machines.values() if m.hardware == hw.lower()), None)
+        how = source_of(profiles, model, machine, tp) if machine is not None else f"measured ({_profile_name(profiles)})"
+        return Sourced(profiles.latency_model(model.name, hw, tp), MEASURED, how)
+    machine, problem = reference_machine(slos, model, machines)
+    if machine is None:
+        raise SplitwisePlanError(f"slowdowns are measured against {model.name} alone on {hw} at TP{tp}, which no "
+                                 f"profile measured and {problem}")
+    if problem and slos.needs_slowdown:
+        raise SplitwisePlanError(f"slowdown SLOs compare with {model.name} alone on a {machine.name} at TP{tp}, "
+                                 f"but {problem}: give the SLOs in seconds (--slo FILE with unit = \"seconds\")")
+    est = estimated(model, machine, tp, stack)
+    return est._replace(detail=est.detail + (" (it does not fit there: slowdowns are nominal)" if problem else ""))
+
+
+def latency_sources(profiles, model, machines: dict, machine_names, tensor_parallel: int, slos) -> dict:
+    """{machine name: where its latencies come from} for ``machine_names`` (those the designs use), and
+    under ``"reference"`` the source of the latencies slowdowns are measured against."""
+    out = {}
+    for name in dict.fromkeys(machine_names):
+        m = machines[name]
+        out[m.name] = (source_of(profiles, model, m, tensor_parallel)
+                     if has_profile(profiles, model.name, m.hardware, tensor_parallel) else "none (see its design's note)")
+    try:
+        out["reference"] = reference_latency(slos, profiles, model, machines).detail
+    except SplitwisePlanError as exc:
+        out["reference"] = f"none: {exc}"
+    return out

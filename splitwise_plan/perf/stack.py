@@ -1,0 +1,99 @@
+"""A serving stack's efficiency: the few numbers that turn a GPU's data sheet into measured batch times.
+
+The analytic latency model (:mod:`.analytic`) keeps the hardware's physics (FLOP/s, HBM and link bandwidth)
+apart from these; a ``Stack`` is fitted once on measured profiles and shared by every GPU, so that it
+transfers to GPUs nobody profiled. The shipped one is ``profiles/stacks/default.toml``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.inputs.paths import data_dir, read_toml
+
+STACKS_FOLDER = "stacks"
+DEFAULT_STACK = "default"
+
+#: What each number means, written into a stack's TOML beside it.
+PARAMETER_DOCS = {
+    "eff_compute": "fraction of the data-sheet dense FLOP/s the matrix multiplications reach (0..1]",
+    "eff_bw": "fraction of the data-sheet HBM bandwidth that weight and KV-cache reads reach (0..1]",
+    "eff_net": "fraction of the data-sheet GPU-to-GPU link bandwidth a tensor-parallel all-reduce reaches (0..1]",
+    "prompt_overhead_ms": "floor of a prompt batch: no prefill is faster than this (launches, scheduling), ms",
+    "decode_overhead_ms": "fixed cost of one decode iteration added to its roofline time, ms",
+    "allreduce_step_bytes": "latency of one ring all-reduce step, as the bytes the link would move in that time",
+    "decode_request_bytes": ("bytes per decoding request, per layer and per hidden unit, that each GPU moves "
+                             "whatever the TP (activations, sampling, per-sequence bookkeeping folded together)"),
+    "cap_slowdown": ("how much slower the compute-bound part runs under a 70% power cap (the paper: prefill "
+                     "slows, the memory-bound decode barely does); other caps scale it linearly"),
+}
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Named efficiency parameters of one serving stack (see ``PARAMETER_DOCS``)."""
+
+    name: str
+    eff_compute: float
+    eff_bw: float
+    eff_net: float
+    prompt_overhead_ms: float
+    decode_overhead_ms: float
+    allreduce_step_bytes: float
+    decode_request_bytes: float
+    cap_slowdown: float = 1.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in PARAMETER_DOCS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise SplitwisePlanError(f"stack {self.name!r}: {name} must be a finite number, got {value!r}")
+            if value < 0 or (name.startswith("eff_") and not 0 < value <= 1):
+                raise SplitwisePlanError(f"stack {self.name!r}: {name} out of range: {value}")
+        if self.cap_slowdown < 1:
+            raise SplitwisePlanError(f"stack {self.name!r}: cap_slowdown must be at least 1, got {self.cap_slowdown}")
+
+    def parameters(self) -> dict:
+        """The numeric parameters by name, in the order of ``PARAMETER_DOCS``."""
+        return {name: float(getattr(self, name)) for name in PARAMETER_DOCS}
+
+    def to_toml(self) -> str:
+        """The stack as TOML text, each parameter with its meaning in a comment."""
+        lines = ["# Serving-stack efficiency for the analytic latency model (splitwise_plan.perf.analytic).",
+                 f'name = "{self.name}"',
+                 f"source = {_toml_string(self.source)}", ""]
+        for name, value in self.parameters().items():
+            lines.append(f"# {PARAMETER_DOCS[name]}")
+            lines.append(f"{name} = {value:.6g}")
+        return "\n".join(lines) + "\n"
+
+
+def _toml_string(text: str) -> str:
+    """A one-line TOML basic string."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+
+
+def load_stack(path_or_name: str | Path | None = None) -> Stack:
+    """Read a stack: ``None`` for the shipped default, a shipped stack's name, or a TOML file's path."""
+    if path_or_name is None:
+        path_or_name = DEFAULT_STACK
+    text = str(path_or_name)
+    if isinstance(path_or_name, str) and "/" not in text and not text.endswith(".toml"):
+        path = data_dir("profiles") / STACKS_FOLDER / f"{text}.toml"
+        if not path.is_file():
+            raise SplitwisePlanError(f"no shipped stack named {text!r} ({path}); give a TOML file's path")
+    else:
+        path = Path(path_or_name)
+    doc = read_toml(path, "stack")
+    known = {f.name for f in fields(Stack)}
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise SplitwisePlanError(f"stack file {path}: unknown key(s) {', '.join(unknown)}")
+    missing = [k for k in PARAMETER_DOCS if k not in doc]
+    if missing:
+        raise SplitwisePlanError(f"stack file {path} lacks {', '.join(missing)}")
+    return Stack(**{"name": path.stem, "source": str(path), **doc})

@@ -1,0 +1,141 @@
+"""Where latencies come from: a measured profile wins; elsewhere the analytic estimate from the model's
+architecture and the machine's data sheet, and every report says which. Checked against the measured
+profile, the estimate itself and hand-built cases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from splitwise_plan.cli import main
+from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.inputs.machines import BUILTIN_MACHINES
+from splitwise_plan.inputs.models import get_model
+from splitwise_plan.inputs.workloads import load_workload
+from splitwise_plan.perf.analytic import estimate_rows
+from splitwise_plan.perf.profiles import ProfileSet, load_profiles
+from splitwise_plan.perf.sources import (
+    ESTIMATED,
+    MEASURED,
+    accelerator_of,
+    architecture_of,
+    sourced_latency,
+    with_estimates,
+)
+from splitwise_plan.perf.stack import load_stack
+from splitwise_plan.sim.simulator import Simulator
+
+STREAM = load_workload("conversation").generate(5.0, duration_s=20.0, seed=0)
+
+
+def test_a_measured_profile_wins_over_the_estimate():
+    profiles = load_profiles()
+    h100 = BUILTIN_MACHINES["dgx-h100"]
+    got = sourced_latency(profiles, get_model("llama2-70b"), h100, 8)
+    assert got.kind == MEASURED and got.detail == "measured (perf_model.csv)"
+    assert got.latency is profiles.latency_model("llama2-70b", "h100-80gb", 8)
+    sim = Simulator(STREAM, "llama2-70b")
+    assert sim.reference_source == "measured (perf_model.csv)"
+
+
+def test_a_model_no_profile_measured_is_estimated_from_the_data_sheet():
+    """Llama-3.1-70B on an H200: the simulator's latency curves are the estimate's rows, as a profile."""
+    import pandas as pd
+    model, h200 = get_model("llama-3.1-70b"), BUILTIN_MACHINES["dgx-h200"]
+    got = sourced_latency(load_profiles(), model, h200, 8)
+    assert got.kind == ESTIMATED and got.detail == "estimated from data sheets (stack default)"
+    rows = estimate_rows(architecture_of(model), accelerator_of(h200), 8, load_stack())
+    direct = ProfileSet(pd.DataFrame(rows)).latency_model(model.name, "h200-141gb", 8)
+    for x in (128, 1024, 8192):
+        assert got.latency.prompt_time(x) == pytest.approx(direct.prompt_time(x), rel=1e-12)
+        assert got.latency.token_time(x) == pytest.approx(direct.token_time(x), rel=1e-12)
+    sim = Simulator(STREAM, model)
+    assert sim.latency_source(h200).kind == ESTIMATED and sim.reference_source.startswith("estimated")
+
+
+def test_a_gpu_with_more_bandwidth_decodes_faster_and_the_estimates_are_added_once():
+    model = get_model("llama-3.1-70b")
+    h100, h200 = BUILTIN_MACHINES["dgx-h100"], BUILTIN_MACHINES["dgx-h200"]   # same FLOP/s, 4.8 vs 3.35 TB/s
+    profiles = with_estimates(load_profiles(), model, [(h100, 8), (h200, 8), (h200, 8)])
+    assert set(profiles.estimates) == {("llama-3.1-70b", "h100-80gb", 8), ("llama-3.1-70b", "h200-141gb", 8)}
+    slow, fast = (profiles.latency_model(model.name, m.hardware, 8) for m in (h100, h200))
+    assert fast.token_time(8) < slow.token_time(8)
+    assert with_estimates(profiles, model, [(h200, 8)]) is profiles   # nothing missing: nothing added
+
+
+def test_slowdown_slos_need_a_model_that_fits_the_reference_machine(tmp_path):
+    """Llama-3.1-405B (812 GB at bf16) cannot run alone on a DGX-A100: slowdown SLOs are refused in one
+    line; the same limits in seconds plan on B200 machines."""
+    with pytest.raises(SplitwisePlanError, match="give the SLOs in seconds"):
+        Simulator(STREAM, "llama-3.1-405b")
+    slo = tmp_path / "s.toml"
+    slo.write_text('unit = "seconds"\n[ttft]\np99 = 10.0\n[tbt]\np99 = 0.5\n')
+    from splitwise_plan.inputs.slos import load_slos
+    sim = Simulator(STREAM, "llama-3.1-405b", slos=load_slos(slo))
+    assert "does not fit there" in sim.reference_source
+    assert sim.run("B200:B200", 2, 2).slo_met in (True, False)
+
+
+def test_a_users_config_json_plans_with_sourced_latencies(tmp_path, capsys):
+    """A Hugging Face config.json in a folder of the user's: the plan answers, and its JSON report says
+    where each pool's latencies came from."""
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "torch_dtype": "bfloat16"}))
+    out = tmp_path / "p.json"
+    code = main(["--goal", "min-cost", "--rps", "10", "--model", str(folder), "--designs", "H100:H200,HH",
+                 "--duration", "20", "--seeds", "1", "--json", str(out), "-q"])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    doc = json.loads(out.read_text())
+    assert doc["inputs"]["model"] == str(folder)
+    assert doc["inputs"]["latency_sources"] == {
+        "dgx-h100": "estimated from data sheets (stack default)",
+        "dgx-h200": "estimated from data sheets (stack default)",
+        "reference": "estimated from data sheets (stack default)"}
+    assert "latencies: dgx-h100, dgx-h200, slowdown reference estimated from data sheets" in " ".join(
+        printed.out.split())
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"num_hidden_layers": 32, "hidden_size": 4096}, "missing num_attention_heads"),
+    ({"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "intermediate_size": 14336,
+      "vocab_size": 32000, "num_local_experts": 8}, "mixture-of-experts"),
+])
+def test_a_bad_or_moe_config_is_one_line_and_exit_2(tmp_path, capsys, config, message):
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(config))
+    code = main(["--goal", "min-cost", "--rps", "10", "--model", str(f), "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0] and str(f) in err[0]
+
+
+def test_a_model_too_big_for_every_design_is_exit_2(capsys):
+    code = main(["--goal", "min-cost", "--rps", "10", "--model", "llama-3.1-405b", "--designs", "H100:H100", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and "do not fit" in err
+
+
+def test_profiles_fit_recovers_a_stack_that_predicts_its_own_timings(tmp_path, capsys):
+    """Timings of Llama-2-70B on an H100 at TP8 (the shipped profile's medians) fitted into a stack: it
+    predicts them back closely, and a plan can name it."""
+    import pandas as pd
+    t = load_profiles().table
+    t = t[(t.model == "llama2-70b") & (t.hardware == "h100-80gb") & (t.tensor_parallel == 8)]
+    med = t.groupby(["prompt_size", "batch_size", "token_size"])[["prompt_time", "token_time"]].median().reset_index()
+    bench = tmp_path / "bench.csv"
+    med.to_csv(bench, index=False)
+    stack = tmp_path / "mine.toml"
+    code = main(["profiles", "fit", str(bench), "--model", "llama2-70b", "--machine", "H100", "--out", str(stack)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    median = float(out.split("median error ")[1].split("%")[0])
+    assert median < 10.0
+    fitted = load_stack(stack)
+    assert fitted.name == "mine" and "llama2-70b on dgx-h100" in fitted.source
+    sim = Simulator(STREAM, "llama-3.1-8b", stack=fitted)
+    assert sim.latency_source(BUILTIN_MACHINES["dgx-h200"]).detail == "estimated from data sheets (stack mine)"
+    pd.testing.assert_frame_equal(med, pd.read_csv(bench))   # (the file is read, not written)
