@@ -1,5 +1,5 @@
-"""Commands that show what ships and what a run would read: ``profiles``, ``workloads``, ``slos``,
-``machines``, plus ``version`` and ``help``.
+"""Commands that show what ships and what a run would read: ``profiles`` (and ``profiles fit``),
+``models``, ``workloads``, ``slos``, ``machines``, plus ``version`` and ``help``.
 """
 
 from __future__ import annotations
@@ -43,16 +43,41 @@ def version_cmd() -> None:
 
 @app.command("profiles")
 def profiles_cmd(
+    action: Optional[str] = typer.Argument(
+        None, metavar="[fit FILE]", help="fit FILE: fit a serving stack to your own measured timings (a CSV)."),
+    measured: Optional[Path] = typer.Argument(None, metavar="", show_default=False),
     profiles: Optional[Path] = typer.Option(
         None, "--profiles", metavar="FILE",
         help="Profile CSV (columns model, hardware, prompt_size, batch_size, token_size, prompt_time, "
              "token_time, tensor_parallel; times in ms). Default: the shipped perf_model.csv."),
     seed: int = typer.Option(0, "--seed", help="Seed of the 80:20 train:test split for the MAPE."),
+    model: str = typer.Option("llama2-70b", "--model", metavar="NAME|CONFIG",
+                              help="fit: the model the timings were measured on (a name or a config.json)."),
+    machine: str = typer.Option("dgx-h100", "--machine", help="fit: the machine they were measured on (e.g. H100)."),
+    tp: int = typer.Option(8, "--tp", help="fit: the tensor parallelism they were measured at."),
+    machines_file: Optional[Path] = typer.Option(None, "--machines-file", metavar="FILE",
+                                                 help="fit: a machine TOML file with that machine's data sheet."),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="fit: write the stack's TOML here, "
+                                       "for --stack FILE (default: print it)."),
 ) -> None:
-    """List the performance profiles and the latency model's held-out error (MAPE).
+    """List the performance profiles, the latency model's held-out error (MAPE) and the analytic
+    estimate's error on a GPU it was not fitted on; or fit a serving stack to your own timings.
 
-    e.g. `splitwise-plan profiles --profiles my_profiles.csv`.
+    e.g. `splitwise-plan profiles`, or `splitwise-plan profiles fit bench.csv --model llama-3.1-70b
+    --machine H100 --out mystack.toml` (columns prompt_size, batch_size, prompt_time, token_time in ms;
+    token_size optional).
     """
+    if action is not None:
+        if action != "fit" or measured is None:
+            raise SplitwisePlanError(f"profiles takes no argument but 'fit FILE', got {action!r}")
+        _fit_stack(measured, model, machine, tp, machines_file, out)
+        return
+    _profiles_tables(profiles, seed)
+
+
+def _profiles_tables(profiles: Optional[Path], seed: int) -> None:
+    """The profiles with the interpolation's held-out MAPE, then the analytic estimate's held-out error."""
+    from splitwise_plan.perf.analytic import held_out_errors
     from splitwise_plan.perf.profiles import load_profiles, profile_accuracy
 
     ps = load_profiles(profiles)
@@ -64,8 +89,7 @@ def profiles_cmd(
         table.add_column(col, justify="left" if col in ("model", "hardware") else "right")
     for e in ps.entries():
         a = acc[(e.model, e.hardware, e.tensor_parallel)]
-        med = ps.medians(e.model, e.hardware, e.tensor_parallel)
-        bts = med["batch_tokens"]
+        bts = ps.medians(e.model, e.hardware, e.tensor_parallel)["batch_tokens"]
         table.add_row(e.model, e.hardware, str(e.tensor_parallel), str(e.n_points),
                       f"{int(bts.min())}-{int(bts.max())} ({len(bts)})",
                       f"{a.prompt_mape_pct:.2f}", f"{a.token_mape_pct:.2f}")
@@ -74,6 +98,83 @@ def profiles_cmd(
         table.add_row("mean of all", "", "", "", "",
                       f"{sum(a.prompt_mape_pct for a in acc.values()) / len(acc):.2f}",
                       f"{sum(a.token_mape_pct for a in acc.values()) / len(acc):.2f}")
+    console().print(table)
+    errors = held_out_errors(ps)
+    if not errors:
+        return
+    held = Table(title="Latencies estimated from data sheets, on a GPU the stack was not fitted on",
+                 caption="absolute % error over the profile's grid (every batch size); goal: median <= 10, P90 <= 20")
+    for col in ("model", "fitted on", "predicts", "configs", "prompt median", "prompt P90", "decode median",
+                "decode P90"):
+        held.add_column(col, justify="left" if col in ("model", "fitted on", "predicts") else "right")
+    for e in errors:
+        held.add_row(e.model, e.train, e.test, str(e.n_rows), *(f"{v:.1f}" for v in (
+            e.prompt_median_ape_pct, e.prompt_p90_ape_pct, e.decode_median_ape_pct, e.decode_p90_ape_pct)))
+    console().print(held)
+
+
+def _fit_stack(measured: Path, model: str, machine: str, tp: int, machines_file: Optional[Path],
+               out: Optional[Path]) -> None:
+    """Fit a stack to a CSV of measured prompt and decode timings of ``model`` on ``machine`` at ``tp``."""
+    from splitwise_plan.inputs.machines import load_machines, machine_by_name
+    from splitwise_plan.inputs.models import get_model
+    from splitwise_plan.inputs.paths import user_file
+    from splitwise_plan.inputs.tables import numeric_column, read_user_csv
+    from splitwise_plan.perf.analytic import fit_stack, predict_times
+    from splitwise_plan.perf.sources import accelerator_of, architecture_of
+    from splitwise_plan.report.files import atomic_write_text
+
+    spec, m = get_model(model), machine_by_name(load_machines(machines_file), machine)
+    arch, accel = architecture_of(spec), accelerator_of(m)
+    path = user_file(measured, "measured timings")
+    df = read_user_csv(path, "measured timings")
+    missing = [c for c in ("prompt_size", "batch_size", "prompt_time", "token_time") if c not in df.columns]
+    if missing:
+        raise SplitwisePlanError(f"measured timings {path} lack column(s) {', '.join(missing)}; need prompt_size, "
+                                 "batch_size, prompt_time and token_time (ms), token_size optional")
+    cols = {c: numeric_column(df, c, path, "measured timings", integer=c.endswith("size"))
+            for c in ("prompt_size", "batch_size", "prompt_time", "token_time")}
+    cols["token_size"] = (numeric_column(df, "token_size", path, "measured timings", integer=True)
+                          if "token_size" in df.columns else [128] * len(df))
+    import pandas as pd
+    rows = pd.DataFrame({"model": arch.name, "hardware": accel.name, "tensor_parallel": int(tp), **cols})
+    stack = fit_stack(rows, {arch.name: arch}, {accel.name: accel}, name=(out.stem if out else "fitted"),
+                      source=f"fitted by splitwise-plan profiles fit on {path} ({spec.name} on {m.name}, TP{tp})")
+    prompt, decode = predict_times(arch, accel, int(tp), stack, rows["prompt_size"], rows["batch_size"],
+                                   rows["token_size"])
+    err = [100 * abs(p / a - 1) for p, a in zip(list(prompt) + list(decode),
+                                                list(rows["prompt_time"]) + list(rows["token_time"]))]
+    console().print(f"fitted on {len(rows)} rows of {path}: median error {sorted(err)[len(err) // 2]:.1f}%, "
+                    f"largest {max(err):.1f}%", highlight=False)
+    if out is None:
+        typer.echo(stack.to_toml(), nl=False)
+    else:
+        atomic_write_text(out, stack.to_toml(), what="stack")
+        console().print(f"wrote {out}: use it with --stack {out}", highlight=False)
+
+
+@app.command("models")
+def models_cmd(
+    model: Optional[str] = typer.Argument(None, metavar="[NAME|CONFIG]",
+                                          help="One model: a built-in name or a config.json (default: the built-ins)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", metavar="bf16|fp8", help="Precision of the weights."),
+) -> None:
+    """List the model architectures the tool knows (or read a config.json): layers, heads, parameters,
+    weights and KV cache per token.
+
+    e.g. `splitwise-plan models`, or `splitwise-plan models ./my-model/config.json --dtype fp8`.
+    """
+    from splitwise_plan.inputs.models import get_model, model_names
+
+    specs = [get_model(n, dtype=dtype) for n in ([model] if model else model_names())]
+    table = Table(title="Models (dense transformers; weights at their dtype, KV cache per token at bf16)")
+    for col in ("name", "layers", "hidden", "heads", "KV heads", "params B", "dtype", "weights GB", "KV KiB/token",
+                "KV sizing"):
+        table.add_column(col, justify="left" if col in ("name", "dtype", "KV sizing") else "right")
+    for m in specs:
+        table.add_row(m.name, str(m.num_layers), f"{m.hidden_size:,}", str(m.num_heads or "-"),
+                      str(m.num_kv_heads or "-"), f"{m.params / 1e9:,.1f}" if m.params else "-", m.dtype,
+                      f"{m.weights_bytes / 1e9:,.0f}", f"{m.kv_bytes_per_token / 1024:,.0f}", m.kv_sizing)
     console().print(table)
 
 
@@ -141,7 +242,7 @@ def machines_cmd(
     machines: Optional[Path] = typer.Option(
         None, "--machines-file", "--machines", metavar="FILE", help="Machine TOML file overriding or extending the builtins."),
 ) -> None:
-    """Show the machine types with GPUs, HBM, price per hour, provisioned power and their sources.
+    """Show the machine types with GPUs, HBM, data-sheet numbers, price per hour, provisioned power and sources.
 
     e.g. `splitwise-plan machines --machines-file examples/machines-paper.toml`.
     """
@@ -153,19 +254,21 @@ def machines_cmd(
         units = {"cost": cost_unit, "power": power_unit}
     except SplitwisePlanError:
         units = None
-    table = Table(title="Machines (cost per machine-hour, provisioned power per machine)",
+    table = Table(title="Machines (cost per machine-hour, provisioned power per machine; data sheet per GPU, "
+                        "TFLOPS dense)",
                   caption=None if units else "The catalog mixes units: each number carries its own.")
-    columns = ("name", "hardware", "GPUs", "HBM/GPU GiB",
+    columns = ("name", "hardware", "GPUs", "HBM/GPU GiB", "HBM\nTB/s", "bf16\nTFLOPS", "fp8\nTFLOPS",
                f"cost ({units['cost']})" if units else "cost", f"power ({units['power']})" if units else "power",
                "base", "source")
     for col in columns:
-        table.add_column(col, justify="right" if col[:3] in ("GPU", "HBM", "cos", "pow") else "left",
+        table.add_column(col, justify="left" if col in ("name", "hardware", "base", "source") else "right",
                          overflow="fold")
     for m in catalog.values():
         cost, power = f"{m.cost:,.2f}", _plain(m.power)
         if units is None:
             cost, power = f"{cost} {m.cost_unit}", f"{power} {m.power_unit}"
-        table.add_row(m.name, m.hardware, str(m.gpus), f"{m.hbm_bytes_per_gpu / GIB:g}", cost, power,
+        sheet = [_plain(v) if v is not None else "-" for v in (m.hbm_bandwidth_tbps, m.bf16_tflops, m.fp8_tflops)]
+        table.add_row(m.name, m.hardware, str(m.gpus), _plain(round(m.hbm_bytes_per_gpu / GIB, 1)), *sheet, cost, power,
                       m.base or "", m.source)
     console().print(table)
 

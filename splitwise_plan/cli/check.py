@@ -182,7 +182,7 @@ def check_cmd(
             _run_load(inp, spec, load, seeds, threshold, quiet)
     passed = all(load.holds for loads in checks for load in loads)
     doc_check = _check_block(inp, spec, bases, checks, headroom=headroom, seeds=seeds, margin=margin)
-    _write_check_reports(inp, cluster_file, bases, checks, doc_check, headroom=headroom, seeds=seeds,
+    _write_check_reports(inp, cluster_file, bases, checks, doc_check, design=spec.design, headroom=headroom, seeds=seeds,
                          json_out=json_out, csv_out=csv_out)
     if json_out != STDOUT:
         lines = _check_lines(inp, spec, trace, bases, checks, headroom=headroom, seeds=seeds, margin=margin)
@@ -274,7 +274,7 @@ def _check_block(inp: Inputs, spec, bases: list, checks: list, *, headroom: floa
     return {**out, "checks": [block(b, loads) for b, loads in zip(bases, checks)]}
 
 
-def _write_check_reports(inp: Inputs, cluster_file: Path, bases: list, checks: list, check: dict, *,
+def _write_check_reports(inp: Inputs, cluster_file: Path, bases: list, checks: list, check: dict, *, design,
                          headroom: float, seeds: int, json_out: Optional[str], csv_out: Optional[Path]) -> None:
     """The CSV (a row per load and seed) and the JSON report of ``check``, to its file or stdout."""
     from splitwise_plan.report.formats import build_report, write_csv, write_json
@@ -300,7 +300,8 @@ def _write_check_reports(inp: Inputs, cluster_file: Path, bases: list, checks: l
             asked.update(rate_rps=float(inp.trace_stream.rate), duration_s=float(inp.trace_stream.duration_s))
     results = [{**load.worst.to_dict(), "rate_rps": load.rate, **({"seed": load.results[[r for _, r in load.results].index(load.worst)][0]} if seeds > 1 else {})}
                for load in loads if load.worst is not None]
-    doc = build_report("check", {**inp.report(cluster_file=str(cluster_file)), **asked}, results, check=check)
+    doc = build_report("check", {**inp.report(design, cluster_file=str(cluster_file)), **asked}, results,
+                       check=check)
     if json_out == STDOUT:
         print_json(doc)
     else:
@@ -584,7 +585,7 @@ def _write_capacity_reports(inp: Inputs, spec, cluster_file: Path, cap, fail, tr
     if csv_out is not None:
         write_csv(csv_out, [inp.csv_row(r, rate) for rate, r in trials])
     if json_out is not None:
-        doc = build_report("capacity", inp.report(cluster_file=str(cluster_file)),
+        doc = build_report("capacity", inp.report(spec.design, cluster_file=str(cluster_file)),
                            [{**at.to_dict(), "rate_rps": cap}] if at else [], capacity=summary)
         if json_out == STDOUT:
             print_json(doc)

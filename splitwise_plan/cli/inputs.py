@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,10 +43,11 @@ class Inputs:
     source: object = None   # the loaded workload the streams are drawn from (None for a trace)
     trace_rate: Optional[float] = None   # a trace time-scaled to ``rate`` (--trace with --rps): its own rate
     trace_stream: object = None   # the trace as loaded (its own rate), which ``stream_at`` time-scales
+    model_spec: object = None     # the model's architecture (ModelSpec): ``model`` names it, or its config's path
 
     def simulator(self, stream=None, stop_early: bool = False):
         from splitwise_plan.sim.simulator import Simulator
-        return Simulator(stream if stream is not None else self.stream, self.model,
+        return Simulator(stream if stream is not None else self.stream, self.model_spec or self.model,
                          tensor_parallel=self.tensor_parallel, profiles=self.profiles,
                          machines=self.machines, slos=self.slos, scheduler=self.scheduler,
                          method=self.method, stop_early=stop_early)
@@ -54,8 +56,21 @@ class Inputs:
         """A result's CSV row, led by its stream as the planner's rows are (``rate``: if not the inputs')."""
         return {"rate_rps": self.rate if rate is None else rate, "seed": self.seed, **result.flat()}
 
-    def report(self, **extra) -> dict:
+    def latency_sources(self, design) -> dict:
+        """{machine: where its latencies come from} for ``design``'s pools, and the slowdown reference's."""
+        from splitwise_plan.inputs.models import get_model
+        from splitwise_plan.perf.sources import reference_latency, sourced_latency
+
+        spec = self.model_spec or get_model(self.model)
+        out = {self.machines[m].name: sourced_latency(self.profiles, spec, self.machines[m], self.tensor_parallel).detail
+               for m in design.machines}
+        return {**out, "reference": reference_latency(self.slos, self.profiles, spec, self.machines).detail}
+
+    def report(self, design=None, **extra) -> dict:
+        """The inputs block of a report; with ``design``, also where its pools' latencies come from."""
         from splitwise_plan.inputs.summary import report_inputs
+        if design is not None:
+            extra["latency_sources"] = self.latency_sources(design)
         return report_inputs(model=self.model, tensor_parallel=self.tensor_parallel, workload=self.workload,
                              trace=self.trace, rate=self.rate, duration_s=self.duration_s, seed=self.seed,
                              requests=len(self.stream) if self.stream is not None else None,
@@ -204,13 +219,15 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
                    quiet: bool = True) -> Inputs:
     """Validate the shared inputs cheaply first (names, numbers), then load the files and the stream
     (a large trace with a progress bar, unless ``quiet``)."""
-    from splitwise_plan.inputs.machines import load_machines
-    from splitwise_plan.inputs.models import get_model
+    from splitwise_plan.inputs.machines import load_machines, with_short_names
+    from splitwise_plan.inputs.models import BUILTIN_MODELS, get_model
     from splitwise_plan.inputs.slos import load_slos
     from splitwise_plan.inputs.workloads import load_trace, load_workload, nonempty
     from splitwise_plan.perf.profiles import ProfileSet
+    from splitwise_plan.perf.sources import reference_latency
 
-    model = get_model(model).name   # its name as the profiles spell it, whatever the case typed
+    spec = get_model(model)   # a built-in by its name as the profiles spell it, whatever the case typed
+    model = spec.name if spec.name in BUILTIN_MODELS and not os.path.exists(str(model)) else str(model)
     if tp is None or tp < 1:
         raise SplitwisePlanError(f"--tp must be a positive integer, got {tp}")
     method = check_method(method)
@@ -224,9 +241,9 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     elif trace is None and need_stream:
         raise SplitwisePlanError("give --rps R (requests per second) or --trace FILE")
     slos = load_slos(slo)
-    machines = load_machines(machines_file)
+    machines = with_short_names(load_machines(machines_file))   # H200 names dgx-h200 (unless the file has an h200)
     profileset = ProfileSet.load(profiles)
-    slos.reference_model(profileset, model)
+    reference_latency(slos, profileset, spec, machines)   # slowdowns need it: fail now, in one line
     stream, wl, wl_name, trace_rate, trace_stream = None, None, None, None, None
     if trace is not None:
         stream = _load_with_bar(load_trace, trace, "loading trace", quiet)
@@ -242,7 +259,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
             stream = nonempty(wl.generate(rps, duration_s=duration, seed=seed), rps, duration)
     return Inputs(stream, model, int(tp), wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
                   machines, profiles, profileset, method, scheduler, wl, trace_rate=trace_rate,
-                  trace_stream=trace_stream)
+                  trace_stream=trace_stream, model_spec=spec)
 
 
 def _load_with_bar(load, path, what: str, quiet: bool):

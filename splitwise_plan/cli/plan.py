@@ -29,7 +29,7 @@ def _plan_option(name: str, *aliases: str, **kw):
 
 #: The root's help panels, as the commands have them: what a plan asks (the default panel), how it
 #: searches (Advanced) and what it writes (Output).
-ADVANCED = ("jobs", "strategy", "search_method", "confirm_method", "storage", "study")
+ADVANCED = ("jobs", "strategy", "search_method", "confirm_method", "storage", "study", "stack")
 
 
 def _root_option(name: str, *aliases: str, **kw):
@@ -45,7 +45,9 @@ def root(
         PLAN_OPTIONS["rps"].help + " A comma list (50,70) plans each rate in turn.")),
     budget_power: Optional[str] = _root_option("budget_power"),
     budget_cost: Optional[str] = _root_option("budget_cost"),
-    model: str = _root_option("model"),
+    model: str = _root_option("model", metavar="NAME|CONFIG"),
+    dtype: Optional[str] = _root_option("dtype", metavar="bf16|fp8"),
+    stack: Optional[Path] = _root_option("stack", metavar="FILE"),
     workload: str = _root_option("workload", "-w"),
     trace: Optional[Path] = _root_option("trace", metavar="FILE"),
     slo: Optional[Path] = _root_option("slos", "--slos", metavar="FILE"),
@@ -94,8 +96,8 @@ def root(
 
     rates = parse_rates(rps) or [None]
     reqs = [PlanRequest(
-        goal=goal, rps=rate, budget_power=budget_power, budget_cost=budget_cost, model=model, workload=workload,
-        trace=str(trace) if trace else None, slos=str(slo) if slo else None,
+        goal=goal, rps=rate, budget_power=budget_power, budget_cost=budget_cost, model=model, dtype=dtype,
+        stack=str(stack) if stack else None, workload=workload, trace=str(trace) if trace else None, slos=str(slo) if slo else None,
         machines_file=str(machines_file) if machines_file else None, profiles=str(profiles) if profiles else None,
         designs=designs, duration=duration, seed=seed, seeds=seeds, jobs=jobs, tp=tp, strategy=strategy,
         search_method=search_method, confirm_method=confirm_method, margin=margin, storage=storage, study=study,

@@ -168,7 +168,7 @@ def simulate_cmd(
             refused = True
             continue
         runs.append(_simulate_rate(base, d, n_prompt, n_token, rate, seeds, threshold, quiet))
-    _write_simulate_reports(runs, json_out=json_out, csv_out=csv_out, requests_out=requests_out)
+    _write_simulate_reports(runs, d, json_out=json_out, csv_out=csv_out, requests_out=requests_out)
     if json_out == STDOUT:
         for inp, _, (result, _), _ in runs:
             cost_unit, power_unit = _design_units(inp, d)
@@ -207,7 +207,7 @@ def _simulate_rate(base, d: Design, n_prompt: int, n_token: int, rate: Optional[
     return (*worst, (done, holds))
 
 
-def _write_simulate_reports(runs: list, *, json_out: Optional[str], csv_out: Optional[Path],
+def _write_simulate_reports(runs: list, d: Design, *, json_out: Optional[str], csv_out: Optional[Path],
                             requests_out: Optional[Path]) -> None:
     """The CSV (a row per rate and seed), the per-request CSV (one run) and the JSON report file."""
     from splitwise_plan.report.formats import build_report, write_csv, write_json
@@ -223,12 +223,20 @@ def _write_simulate_reports(runs: list, *, json_out: Optional[str], csv_out: Opt
     if json_out not in (None, STDOUT) and runs:
         inp = runs[0][0]
         if len(runs) == 1:
-            doc = build_report("simulate", inp.report(), [runs[0][2][0]])
+            doc = build_report("simulate", inp.report(d), [runs[0][2][0]])
         else:   # several rates: each result with its rate, the inputs with none
             inp = dataclasses.replace(inp, rate=None, stream=None)
-            doc = build_report("simulate", inp.report(), [{**r.to_dict(), "rate_rps": i.rate}
+            doc = build_report("simulate", inp.report(d), [{**r.to_dict(), "rate_rps": i.rate}
                                                           for i, _, (r, _), _ in runs])
         write_json(json_out, doc)
+
+
+def sources_line(sim, d: Design) -> str:
+    """Where the latencies of ``d``'s pools and of the slowdown reference come from."""
+    from splitwise_plan.report.plan import latencies_line
+
+    sources = {m: sim.latency_source(sim.machine(m)).detail for m in d.machines}
+    return latencies_line({**sources, "reference": sim.reference_source})
 
 
 def _design_units(inp, d: Design) -> tuple[str, str]:
@@ -245,6 +253,7 @@ def _print_simulation(c, inp, sim, out: tuple, seeds_done: tuple, d: Design, *, 
     worst = f"; the worst of {seeds} seeds ({inp.seed})" if seeds > 1 else ""
     c.print(result_table(result, inp.slos, title=_counts_label(result)))
     c.print(inp.describe() + worst)
+    c.print(sources_line(sim, d), highlight=False)
     c.print(f"{plural(result.requests, 'request')}, {result.completed:,} completed"
             + (f"; [yellow]overloaded: a prompt waited over {sim.overload_s:.0f} s, the run stopped there[/]"
                if result.overloaded else "")
@@ -422,7 +431,7 @@ def _write_sweep_reports(inp, d: Design, results: list, summary: dict, *, json_o
         write_csv(csv_out, [inp.csv_row(r) for r in results])
     if plot is not None:
         write_plot(plot, sweep=results, title=f"{d.name} design space, {inp.describe()}")
-    doc = build_report("sweep", inp.report(), results, sweep=summary) if json_out is not None else None
+    doc = build_report("sweep", inp.report(d), results, sweep=summary) if json_out is not None else None
     if json_out not in (None, STDOUT):
         write_json(json_out, doc)
     return doc

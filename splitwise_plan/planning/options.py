@@ -31,8 +31,13 @@ PLAN_OPTIONS: dict[str, Option] = {
                                  "(a DGX-H100 is 10.2 kW; see `splitwise-plan machines`) (max-throughput)."),
     "budget_cost": Option(None, "Cost budget: machines, e.g. 40xH100, or a number in the machine catalog's units "
                                 "(a DGX-H100 is 88.24 USD/h; see `splitwise-plan machines`) (max-throughput)."),
-    "model": Option("bloom-176b", "Model: bloom-176b or llama2-70b (the architectures the tool knows; profiles may "
-                                  "be your own)."),
+    "model": Option("bloom-176b", "Model: a built-in name (bloom-176b, llama2-70b, llama-3.1-8b/70b/405b, "
+                                  "qwen2.5-72b, mistral-large-2; see `splitwise-plan models`) or a Hugging Face "
+                                  "config.json (or its folder). Dense models only."),
+    "dtype": Option(None, "Precision of the model's weights: bf16 or fp8 (default: the model's own)."),
+    "stack": Option(None, "Serving stack of the latencies estimated from data sheets (where no profile measured the "
+                          "model on a GPU): a stack TOML file, e.g. from `splitwise-plan profiles fit` (default: "
+                          "the one fitted on the shipped profiles)."),
     "workload": Option("coding", "coding, conversation, or a trace CSV (Azure or reference format) to draw sizes "
                                  "from."),
     "trace": Option(None, "Replay this trace (max-throughput scales its arrival times to each rate it tries)."),

@@ -29,6 +29,7 @@ from dataclasses import replace
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.inputs.budget import parse_budget
 from splitwise_plan.inputs.designs import MAX_POOL, get_design
+from splitwise_plan.perf.sources import latency_sources
 from splitwise_plan.planning.budget import plan_budget
 from splitwise_plan.planning.confirm import OverSeeds, Pool
 from splitwise_plan.planning.iso import plan_iso
@@ -264,18 +265,20 @@ def _run_groups(inputs: Inputs, req: PlanRequest, order: list, method: str, jobs
     if jobs > 1 and len(groups) == 2:
         from joblib.externals.loky import ProcessPoolExecutor  # a fresh process, as joblib's workers
 
-        with starting_workers():   # (the executor's queues start loky's resource trackers)
-            pool = Pool(ProcessPoolExecutor(2))
-            other = pool.submit(_plan_group, inputs, sub, groups[1], method)
-        try:
+        pool = other = None
+        try:   # (a stop while the side process starts ends it too)
+            with starting_workers():   # (the executor's queues start loky's resource trackers)
+                pool = Pool(ProcessPoolExecutor(2))
+                other = pool.submit(_plan_group, inputs, sub, groups[1], method)
             _plan_group(inputs, sub, groups[0], method, pool, collect, threads=jobs, memo=memo)
             for p in _awaited(other.result, FutureTimeout):
                 collect(p)
         except BaseException:   # Ctrl-C (a notebook's interrupt too): the side process stops now
-            if other.done() and not other.cancelled() and other.exception() is None:
+            if other is not None and other.done() and not other.cancelled() and other.exception() is None:
                 for p in other.result():   # its designs, finished before the stop, are kept
                     collect(p)
-            pool.close(kill=True)
+            if pool is not None:
+                pool.close(kill=True)
             raise
         pool.close()
     else:
@@ -302,8 +305,9 @@ def _check_done(p: DesignPlan, req: PlanRequest, inputs: Inputs) -> None:
     in this plan's report as this request's answer, and might win it. What it records is checked; the
     checkpoint of the command line also compares the inputs' contents."""
     r = p.result
-    if r is not None and getattr(r, "model", req.model) != req.model:
-        raise SplitwisePlanError(f"done[{p.short!r}] was planned for model {r.model}, not this plan's {req.model}")
+    model = inputs.model.name
+    if r is not None and getattr(r, "model", model) != model:
+        raise SplitwisePlanError(f"done[{p.short!r}] was planned for model {r.model}, not this plan's {model}")
     if req.goal != "max-throughput" and p.status == "ok":
         rate = req.rps if req.rps is not None else inputs.trace.rate
         if not math.isclose(p.rate, rate, rel_tol=1e-9):
@@ -335,4 +339,7 @@ def inputs_block(req: PlanRequest, inputs: Inputs, search_method: str) -> dict:
                    confirm_method=req.confirm_method,
                    goal=req.goal, budget_power=req.budget_power, budget_cost=req.budget_cost,
                    designs=list(req.designs), seeds=1 if req.trace is not None else req.seeds, strategy=req.strategy,
-                   margin=req.margin, kv_transfer=req.scheduler.kv_transfer(), **extra)
+                   margin=req.margin, kv_transfer=req.scheduler.kv_transfer(),
+                   latency_sources=latency_sources(inputs.profiles, inputs.model, inputs.machines,
+                                                   [m for n in req.designs for m in get_design(n).machines], req.tp,
+                                                   inputs.slos), **extra)

@@ -21,11 +21,12 @@ from splitwise_plan.errors import (
     whole_number,
 )
 from splitwise_plan.inputs.designs import DESIGNS, MAX_POOL, Design, get_design, pool_size
-from splitwise_plan.inputs.machines import Machine
-from splitwise_plan.inputs.models import get_model
+from splitwise_plan.inputs.machines import Machine, with_short_names
+from splitwise_plan.inputs.models import BUILTIN_MODELS, get_model
 from splitwise_plan.inputs.slos import SLOSet
 from splitwise_plan.inputs.workloads import RequestStream, Workload
 from splitwise_plan.perf.profiles import ProfileSet
+from splitwise_plan.perf.sources import sourced_latency
 from splitwise_plan.planning.options import default
 from splitwise_plan.search import STRATEGIES
 from splitwise_plan.search.storage import normalize_storage, open_storage
@@ -91,6 +92,8 @@ class PlanRequest:
     budget_power: float | str | None = default("budget_power")
     budget_cost: float | str | None = default("budget_cost")
     model: str = default("model")
+    dtype: str | None = default("dtype")       # the weights' precision (None: the model's own)
+    stack: str | None = default("stack")       # serving stack of estimated latencies (None: the shipped default)
     workload: str | Workload = default("workload")
     trace: str | RequestStream | None = default("trace")
     slos: str | SLOSet | None = default("slos")
@@ -124,7 +127,8 @@ class PlanRequest:
         """The files the plan reads, by option (its SQLite storage among them): what no report of it
         may overwrite."""
         from splitwise_plan.search.storage import sqlite_file
-        files = {name: getattr(self, name) for name in ("trace", "workload", "slos", "machines_file", "profiles")}
+        files = {name: getattr(self, name) for name in ("trace", "workload", "slos", "machines_file", "profiles",
+                                                         "stack")}
         return {**{input_name(k): v for k, v in files.items() if isinstance(v, str)},
                 input_name("storage"): sqlite_file(self.storage)}
 
@@ -135,7 +139,11 @@ class PlanRequest:
         for name in ("goal", "search_method", "confirm_method", "strategy", "transfer"):   # MIN-COST is min-cost
             if isinstance(getattr(self, name), str):
                 object.__setattr__(self, name, getattr(self, name).strip().lower())
-        object.__setattr__(self, "model", get_model(self.model).name)   # as the profiles spell it
+        spec = get_model(self.model, dtype=self.dtype)   # (a bad config.json or dtype fails here, in one line)
+        builtin = isinstance(self.model, str) and spec.name in BUILTIN_MODELS and not os.path.exists(self.model)
+        object.__setattr__(self, "model", spec.name if builtin else os.fspath(self.model))   # a name as the profiles spell it
+        if self.dtype is not None:
+            object.__setattr__(self, "dtype", spec.dtype)
         for name in ("workload", "trace", "slos", "machines_file", "profiles"):   # reports serialize them
             if isinstance(getattr(self, name), os.PathLike):
                 object.__setattr__(self, name, os.fspath(getattr(self, name)))
@@ -296,9 +304,11 @@ def _check_limits(limits) -> None:
 
 @dataclass
 class Inputs:
-    """Loaded inputs shared by all designs (picklable, sent to joblib workers)."""
+    """Loaded inputs shared by all designs (picklable, sent to joblib workers). ``profiles`` hold the
+    analytic estimate of the model on each GPU the designs use that no profile measured (see
+    :func:`~splitwise_plan.perf.sources.with_estimates`)."""
 
-    model: str
+    model: object   # ModelSpec
     tp: int
     profiles: object
     machines: dict
@@ -307,16 +317,17 @@ class Inputs:
     trace: object | None
     duration: float
     scheduler: SchedulerConfig = SchedulerConfig()
+    stack: object = None   # the serving stack of estimated latencies
 
     @classmethod
     def load(cls, req: PlanRequest) -> "Inputs":
         from splitwise_plan.inputs.machines import load_machines
-        from splitwise_plan.inputs.models import get_model
         from splitwise_plan.inputs.slos import load_slos
         from splitwise_plan.inputs.workloads import load_trace, load_workload
         from splitwise_plan.perf.profiles import load_profiles
-
-        get_model(req.model)
+        from splitwise_plan.perf.stack import load_stack
+        model = get_model(req.model, dtype=req.dtype)
+        stack = load_stack(req.stack)
 
         def loaded(value, load, kind):   # a file (or None: the shipped one), or the object itself
             return value if isinstance(value, kind) else load(value)
@@ -328,6 +339,7 @@ class Inputs:
             twice = sorted(k for k in given if sum(str(j).lower() == str(k).lower() for j in given) > 1)
             raise SplitwisePlanError(f"the machine catalog names one machine twice ({', '.join(map(str, twice))}: "
                                      "names are matched in any case); keep one")
+        machines = with_short_names(machines)   # H200 names dgx-h200 (unless the catalog has an h200)
         slos = loaded(req.slos, load_slos, SLOSet)
         trace = loaded(req.trace, load_trace, RequestStream) if req.trace is not None else None
         if trace is not None and not len(trace):
@@ -336,13 +348,14 @@ class Inputs:
             raise SplitwisePlanError(f"trace {input_label(req.trace)}: all its requests arrive at one instant, so it "
                                      f"has no rate for {input_name('goal')} max-throughput to scale; give a trace that spans time")
         workload = None if trace is not None else loaded(req.workload, load_workload, Workload)
-        inp = cls(req.model, int(req.tp), profiles, machines, slos, workload, trace, float(req.duration), req.scheduler)
         for name in req.designs:   # fail early, with one line, on a design the catalog cannot build
             d = get_design(name)
             for m in d.machines:
                 if m not in machines:
                     raise SplitwisePlanError(f"{d.name} needs machine {m!r}, which the machine catalog lacks")
-        return inp
+        profiles = _with_estimates(profiles, model, machines, slos, req, stack)
+        return cls(model, int(req.tp), profiles, machines, slos, workload, trace, float(req.duration), req.scheduler,
+                   stack)
 
     def unfit(self, design: str) -> str:
         """Why ``design`` cannot be planned ('' when it can): its machines cannot hold the model's
@@ -351,8 +364,8 @@ class Inputs:
         d = get_design(design)
         try:
             for m in d.machines:
-                instance_layout(self.machines[m], self.tp, d.is_baseline, get_model(self.model))
-                self.profiles.latency_model(self.model, self.machines[m].hardware, self.tp)
+                instance_layout(self.machines[m], self.tp, d.is_baseline, self.model)
+                sourced_latency(self.profiles, self.model, self.machines[m], self.tp, self.stack)
         except SplitwisePlanError as exc:
             return str(exc)
         return ""
@@ -370,7 +383,22 @@ class Inputs:
         (only its verdict counts there); ``threads``: designs its fluid batches run side by side."""
         return Simulator(stream, self.model, tensor_parallel=self.tp, profiles=self.profiles,
                          machines=self.machines, slos=self.slos, scheduler=self.scheduler, method=method,
-                         stop_early=search, threads=threads)
+                         stop_early=search, threads=threads, stack=self.stack)
+
+
+def _with_estimates(profiles, model, machines: dict, slos, req: PlanRequest, stack):
+    """``profiles`` with the analytic estimate of ``model`` on each GPU of the designs (and the SLOs'
+    reference GPU) they lack, so every simulator of the plan reads them as it reads measurements."""
+    from splitwise_plan.inputs.models import weights_fit_problem
+    from splitwise_plan.perf.sources import reference_machine, with_estimates
+
+    needs = [(machines[m], int(req.tp)) for n in req.designs for m in get_design(n).machines
+             if not weights_fit_problem(model, machines[m], 0 if req.tp >= machines[m].gpus else int(req.tp))]
+    ref, problem = reference_machine(slos, model, machines)
+    if ref is not None and not problem:
+        needs.append((ref, slos.reference_tensor_parallel))
+    sheet = [(m, tp) for m, tp in needs if m.bf16_tflops is not None and m.hbm_bandwidth_tbps is not None]
+    return with_estimates(profiles, model, sheet, stack)   # (one with no data sheet: its designs are left out)
 
 
 def stream_of(req: PlanRequest, trace_s: float | None = None) -> tuple:

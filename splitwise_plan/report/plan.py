@@ -218,8 +218,17 @@ def inputs_line(result: PlanResult) -> str:
               f"workload {inp.get('workload') or result.request.workload}"
               + ("" if str(inp.get("workload") or "").endswith(".csv") else " (built-in)"))
     cost_unit, power_unit = plan_units(result)
-    return (f"inputs: {stream}; SLOs {slos}; machines {inp.get('machines_file') or 'built-in'} ({cost_unit}, "
+    line = (f"inputs: {stream}; SLOs {slos}; machines {inp.get('machines_file') or 'built-in'} ({cost_unit}, "
             f"{power_unit}); profiles {inp.get('profiles_file') or 'built-in'}")
+    return line + "\n" + latencies_line(inp.get("latency_sources") or {})
+
+
+def latencies_line(sources: dict) -> str:
+    """Where each pool's latencies came from (measured or estimated), grouped by source."""
+    by_source: dict = {}
+    for name, how in sources.items():
+        by_source.setdefault(how, []).append("slowdown reference" if name == "reference" else name)
+    return "latencies: " + "; ".join(f"{', '.join(names)} {how}" for how, names in by_source.items())
 
 
 #: Below this headroom a plan's answer is said to be fragile.

@@ -51,7 +51,7 @@ def test_every_help_names_the_exit_statuses_and_no_bool_placeholder(capsys):
         assert "<bool>" not in out, argv
 
 
-@pytest.mark.parametrize("command", ["simulate", "sweep", "check", "capacity", "worker", "profiles", "workloads",
+@pytest.mark.parametrize("command", ["simulate", "sweep", "check", "capacity", "worker", "profiles", "models", "workloads",
                                      "slos", "machines", "version"])
 def test_each_command_shows_an_example(capsys, command):
     code, out, _ = run(capsys, command, "--help")

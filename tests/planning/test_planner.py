@@ -413,9 +413,10 @@ def test_a_design_whose_machines_cannot_hold_the_model_is_infeasible_and_the_oth
     assert a100.status == "ok" and res.winner == "baseline-a100"
 
 
-def test_a_design_whose_hardware_has_no_profile_is_infeasible_and_the_others_are_planned(tmp_path):
-    """A user's profile table without the power-capped H100: the whole plan failed on the default designs,
-    which the user never chose; now Splitwise-HHcap alone is infeasible, saying why."""
+def test_a_gpu_the_profiles_lack_is_estimated_from_its_data_sheet_and_the_report_says_so(tmp_path):
+    """A user's profile table without the power-capped H100: Splitwise-HHcap's token pool is estimated from
+    the data sheet (the measured H100 stays measured); a machine with neither a profile nor a data sheet
+    leaves its design infeasible, saying what is missing, and the others are planned."""
     import pandas as pd
 
     from splitwise_plan.inputs.paths import data_file
@@ -424,9 +425,15 @@ def test_a_design_whose_hardware_has_no_profile_is_infeasible_and_the_others_are
     table[table.hardware != "h100-80gb-pcap"].to_csv(mine, index=False)
     res = plan(goal="min-cost", **dict(SMALL, profiles=str(mine), designs="HHcap,A100",
                                          limits=(("A100", 30, 0),)))
-    cap, a100 = res.get("HHcap"), res.get("A100")
-    assert cap.status == "infeasible" and "no profile for model 'bloom-176b' on hardware 'h100-80gb-pcap'" in cap.note
-    assert a100.status == "ok" and res.winner == "baseline-a100"
+    sources = res.inputs["latency_sources"]
+    assert sources["dgx-h100-cap"].startswith("estimated from data sheets")
+    assert sources["dgx-h100"] == sources["dgx-a100"] == "measured (no-pcap.csv)"
+    assert res.get("HHcap").status == "ok" and res.get("A100").status == "ok"
+    cat = tmp_path / "m.toml"
+    cat.write_text('[machines.my-gpu]\nhardware = "x1-80gb"\ngpus = 8\nhbm_gib_per_gpu = 80\ncost = 50.0\npower = 9.0\n')
+    res = plan(goal="min-cost", **dict(SMALL, machines_file=str(cat), designs="my-gpu:dgx-h100,HH"))
+    assert res.get("my-gpu:dgx-h100").status == "infeasible" and "no hbm_bandwidth_tbps" in res.get("my-gpu:dgx-h100").note
+    assert res.get("HH").status == "ok"
 
 
 def test_a_plan_no_design_of_which_can_hold_the_model_is_a_user_error(tmp_path):
@@ -454,7 +461,7 @@ def test_goal_and_model_names_in_any_case():
     req = PlanRequest(goal="MIN-COST", rps=10, model="BLOOM-176B", designs="HH")
     assert (req.goal, req.model) == ("min-cost", "bloom-176b")
     with pytest.raises(SplitwisePlanError, match="unknown model"):
-        PlanRequest(goal="min-cost", rps=10, model="bloom")
+        PlanRequest(goal="min-cost", rps=10, model="bloom-7b")
 
 
 def test_designs_of_the_users_own_machine_types(tmp_path):
