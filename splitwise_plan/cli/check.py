@@ -35,6 +35,7 @@ from splitwise_plan.cli.options import (
     check_seeds_margin,
     opt_bandwidth,
     opt_csv,
+    opt_dtype,
     opt_duration,
     opt_json,
     opt_machines_file,
@@ -47,6 +48,7 @@ from splitwise_plan.cli.options import (
     opt_seed,
     opt_seeds,
     opt_slo,
+    opt_stack,
     opt_trace,
     opt_transfer,
     opt_workload,
@@ -138,6 +140,7 @@ def check_cmd(
         "Require the SLOs at rate x (1 + headroom), e.g. 0.2, and at the rate itself.")),
     workload: str = opt_workload(),
     model: Optional[str] = opt_model_override(),
+    dtype: Optional[str] = opt_dtype(),
     trace: Optional[Path] = opt_trace(),
     duration: float = opt_duration(),
     seed: int = opt_seed(),
@@ -152,6 +155,7 @@ def check_cmd(
     method: str = opt_method("events"),
     transfer: str = opt_transfer(ADV),
     bandwidth: float = opt_bandwidth(ADV),
+    stack: Optional[Path] = opt_stack(),
 ) -> None:
     """CI gate: exit 0 when all SLOs hold and every request finishes at the rate (with headroom), 1 when not,
     2 on bad input.
@@ -166,7 +170,7 @@ def check_cmd(
     spec = _load_spec(cluster_file, machines_file, model)
     check_output_options(json_out, csv_out, inputs=input_files(
         cluster=cluster_file, trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
-    inp = resolve_inputs(model=spec.model, tp=spec.tensor_parallel, workload=workload, rps=None, trace=trace,
+    inp = resolve_inputs(model=spec.model, dtype=dtype, stack=stack, tp=spec.tensor_parallel, workload=workload, rps=None, trace=trace,
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method=method, transfer=transfer, bandwidth=bandwidth, need_stream=False, quiet=quiet)
     _check_cluster(spec, inp, cluster_file)
@@ -457,6 +461,7 @@ def capacity_cmd(
     cluster_file: Path = typer.Argument(..., metavar="CLUSTER_FILE", help="The deployed cluster, TOML (or YAML, with PyYAML installed)."),
     workload: str = opt_workload(),
     model: Optional[str] = opt_model_override(),
+    dtype: Optional[str] = opt_dtype(),
     trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help=(
         "Replay this trace CSV (Azure or reference format), time-scaled to each rate tried, instead of "
         "generated streams.")),
@@ -476,6 +481,7 @@ def capacity_cmd(
     method: str = opt_method("events"),
     transfer: str = opt_transfer(ADV),
     bandwidth: float = opt_bandwidth(ADV),
+    stack: Optional[Path] = opt_stack(),
 ) -> None:
     """The highest request rate at which the cluster holds all SLOs and every request finishes
     (bisection on the rate, same seeds; with --seeds K on the worst of K streams).
@@ -490,7 +496,7 @@ def capacity_cmd(
     check_output_options(json_out, csv_out, inputs=input_files(
         cluster=cluster_file, trace=trace, workload=workload, slo=slo, machines_file=machines_file,
         profiles=profiles))
-    inp = resolve_inputs(model=spec.model, tp=spec.tensor_parallel, workload=workload, rps=None, trace=trace,
+    inp = resolve_inputs(model=spec.model, dtype=dtype, stack=stack, tp=spec.tensor_parallel, workload=workload, rps=None, trace=trace,
                          duration=duration, seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method=method, need_stream=False, transfer=transfer, bandwidth=bandwidth, quiet=quiet)
     _check_cluster(spec, inp, cluster_file)

@@ -44,13 +44,14 @@ class Inputs:
     trace_rate: Optional[float] = None   # a trace time-scaled to ``rate`` (--trace with --rps): its own rate
     trace_stream: object = None   # the trace as loaded (its own rate), which ``stream_at`` time-scales
     model_spec: object = None     # the model's architecture (ModelSpec): ``model`` names it, or its config's path
+    stack: object = None          # the serving stack of estimated latencies (None: the shipped default)
 
     def simulator(self, stream=None, stop_early: bool = False):
         from splitwise_plan.sim.simulator import Simulator
         return Simulator(stream if stream is not None else self.stream, self.model_spec or self.model,
                          tensor_parallel=self.tensor_parallel, profiles=self.profiles,
                          machines=self.machines, slos=self.slos, scheduler=self.scheduler,
-                         method=self.method, stop_early=stop_early)
+                         method=self.method, stop_early=stop_early, stack=self.stack)
 
     def csv_row(self, result, rate: float | None = None) -> dict:
         """A result's CSV row, led by its stream as the planner's rows are (``rate``: if not the inputs')."""
@@ -62,15 +63,21 @@ class Inputs:
         from splitwise_plan.perf.sources import reference_latency, sourced_latency
 
         spec = self.model_spec or get_model(self.model)
-        out = {self.machines[m].name: sourced_latency(self.profiles, spec, self.machines[m], self.tensor_parallel).detail
-               for m in design.machines}
-        return {**out, "reference": reference_latency(self.slos, self.profiles, spec, self.machines).detail}
+        out = {self.machines[m].name: sourced_latency(self.profiles, spec, self.machines[m], self.tensor_parallel,
+                                                      self.stack).detail for m in design.machines}
+        return {**out, "reference": reference_latency(self.slos, self.profiles, spec, self.machines, self.stack).detail}
 
     def report(self, design=None, **extra) -> dict:
         """The inputs block of a report; with ``design``, also where its pools' latencies come from."""
+        from splitwise_plan.inputs.models import get_model
         from splitwise_plan.inputs.summary import report_inputs
+
         if design is not None:
             extra["latency_sources"] = self.latency_sources(design)
+        if self.model_spec is not None and self.model_spec.dtype != get_model(self.model).dtype:
+            extra["dtype"] = self.model_spec.dtype   # (only when asked for: reports of the defaults read as before)
+        if self.stack is not None:
+            extra["stack"] = self.stack.source
         return report_inputs(model=self.model, tensor_parallel=self.tensor_parallel, workload=self.workload,
                              trace=self.trace, rate=self.rate, duration_s=self.duration_s, seed=self.seed,
                              requests=len(self.stream) if self.stream is not None else None,
@@ -216,7 +223,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
                    duration: float, seed: int, slo: Optional[Path], machines_file: Optional[Path],
                    profiles: Optional[Path], method: str, need_stream: bool = True,
                    allow_trace: bool = True, transfer: str = "serialized", bandwidth: float = 200.0,
-                   quiet: bool = True) -> Inputs:
+                   quiet: bool = True, dtype: Optional[str] = None, stack: Optional[Path] = None) -> Inputs:
     """Validate the shared inputs cheaply first (names, numbers), then load the files and the stream
     (a large trace with a progress bar, unless ``quiet``)."""
     from splitwise_plan.inputs.machines import load_machines, with_short_names
@@ -225,8 +232,10 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     from splitwise_plan.inputs.workloads import load_trace, load_workload, nonempty
     from splitwise_plan.perf.profiles import ProfileSet
     from splitwise_plan.perf.sources import reference_latency
+    from splitwise_plan.perf.stack import load_stack
 
-    spec = get_model(model)   # a built-in by its name as the profiles spell it, whatever the case typed
+    spec = get_model(model, dtype=dtype)   # a built-in by its name as the profiles spell it, whatever the case
+    stack = load_stack(stack) if stack is not None else None
     model = spec.name if spec.name in BUILTIN_MODELS and not os.path.exists(str(model)) else str(model)
     if tp is None or tp < 1:
         raise SplitwisePlanError(f"--tp must be a positive integer, got {tp}")
@@ -243,7 +252,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     slos = load_slos(slo)
     machines = with_short_names(load_machines(machines_file))   # H200 names dgx-h200 (unless the file has an h200)
     profileset = ProfileSet.load(profiles)
-    reference_latency(slos, profileset, spec, machines)   # slowdowns need it: fail now, in one line
+    reference_latency(slos, profileset, spec, machines, stack)   # slowdowns need it: fail now, in one line
     stream, wl, wl_name, trace_rate, trace_stream = None, None, None, None, None
     if trace is not None:
         stream = _load_with_bar(load_trace, trace, "loading trace", quiet)
@@ -259,7 +268,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
             stream = nonempty(wl.generate(rps, duration_s=duration, seed=seed), rps, duration)
     return Inputs(stream, model, int(tp), wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
                   machines, profiles, profileset, method, scheduler, wl, trace_rate=trace_rate,
-                  trace_stream=trace_stream, model_spec=spec)
+                  trace_stream=trace_stream, model_spec=spec, stack=stack)
 
 
 def _load_with_bar(load, path, what: str, quiet: bool):

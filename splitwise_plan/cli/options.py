@@ -132,6 +132,17 @@ def check_positive(value: float, flag: str) -> float:
     return positive_number(value, flag)
 
 
+def opt_dtype():
+    """``--dtype``: the weights' precision, shared by the planner and the simulation commands."""
+    return typer.Option(default("dtype"), "--dtype", metavar="bf16|fp8", help=PLAN_OPTIONS["dtype"].help)
+
+
+def opt_stack(panel: Optional[str] = ADV):
+    """``--stack``: the serving stack of estimated latencies."""
+    return typer.Option(default("stack"), "--stack", metavar="FILE", rich_help_panel=panel,
+                        help=PLAN_OPTIONS["stack"].help)
+
+
 def opt_transfer(panel: Optional[str] = None):
     """``--transfer``, shared by the planner and the simulation commands."""
     return typer.Option(default("transfer"), "--transfer", metavar="serialized|layerwise", rich_help_panel=panel,

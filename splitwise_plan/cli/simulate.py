@@ -39,6 +39,7 @@ from splitwise_plan.cli.options import (
     check_seeds_margin,
     opt_bandwidth,
     opt_csv,
+    opt_dtype,
     opt_duration,
     opt_json,
     opt_machines_file,
@@ -51,6 +52,7 @@ from splitwise_plan.cli.options import (
     opt_seed,
     opt_seeds,
     opt_slo,
+    opt_stack,
     opt_tp,
     opt_trace,
     opt_transfer,
@@ -118,6 +120,7 @@ def simulate_cmd(
     rps: Optional[str] = opt_rps(),
     workload: str = opt_workload(),
     model: str = opt_model(),
+    dtype: Optional[str] = opt_dtype(),
     tp: int = opt_tp(),
     trace: Optional[Path] = opt_trace(),
     duration: float = opt_duration(),
@@ -137,6 +140,7 @@ def simulate_cmd(
     method: str = opt_method("events"),
     transfer: str = opt_transfer(ADV),
     bandwidth: float = opt_bandwidth(ADV),
+    stack: Optional[Path] = opt_stack(),
 ) -> None:
     """Simulate one cluster design: the nine SLO percentiles, cost and power.
 
@@ -155,7 +159,7 @@ def simulate_cmd(
         trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
     if trace is None and rates is None:
         raise SplitwisePlanError("give --rps R (requests per second) or --trace FILE")
-    base = resolve_inputs(model=model, tp=tp, workload=workload, rps=None, trace=trace, duration=duration,
+    base = resolve_inputs(model=model, dtype=dtype, stack=stack, tp=tp, workload=workload, rps=None, trace=trace, duration=duration,
                           seed=seed, slo=slo, machines_file=machines_file, profiles=profiles, method=method,
                           transfer=transfer, bandwidth=bandwidth, need_stream=False, quiet=quiet)
     runs, refused = [], False
@@ -325,6 +329,7 @@ def sweep_cmd(
         "Request rate of the generated stream, req/s; with --trace, the trace time-scaled to this rate.")),
     workload: str = opt_workload(),
     model: str = opt_model(),
+    dtype: Optional[str] = opt_dtype(),
     tp: int = opt_tp(),
     trace: Optional[Path] = opt_trace(),
     duration: float = opt_duration(),
@@ -340,6 +345,7 @@ def sweep_cmd(
     method: str = opt_method(AUTO),
     transfer: str = opt_transfer(ADV),
     bandwidth: float = opt_bandwidth(ADV),
+    stack: Optional[Path] = opt_stack(),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=(
         "Processes that simulate, this one and its workers (default: one per core when the grid is "
         "worth it and memory allows; 0: one per core; 1: this process only).")),
@@ -361,7 +367,7 @@ def sweep_cmd(
     check_output_options(json_out, csv_out, plot, inputs=input_files(
         trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
     method = check_method(method, auto=True)
-    inp = resolve_inputs(model=model, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
+    inp = resolve_inputs(model=model, dtype=dtype, stack=stack, tp=tp, workload=workload, rps=rps, trace=trace, duration=duration,
                          seed=seed, slo=slo, machines_file=machines_file, profiles=profiles,
                          method="events" if method == AUTO else method, transfer=transfer, bandwidth=bandwidth)
     if method == AUTO:

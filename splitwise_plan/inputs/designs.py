@@ -47,6 +47,8 @@ DESIGNS: dict[str, Design] = {
 SHORT_NAMES = {"a100": "dgx-a100", "h100": "dgx-h100", "h100cap": "dgx-h100-cap", "h100-cap": "dgx-h100-cap",
                "h100pcap": "dgx-h100-cap", "h200": "dgx-h200", "b200": "dgx-b200", "mi300x": "mi300x-8"}
 
+_BUILTIN_SHORT = {"a100": "dgx-a100", "h100": "dgx-h100"}
+
 #: Names a machine type may not take, in lower case: a design's name or short form, or ``baseline``
 #: (of ``baseline:MACHINE``), which ``--design`` and ``--designs`` would read as the design.
 RESERVED_NAMES = frozenset({"baseline"} | {n.lower() for d in DESIGNS.values() for n in (d.name, d.short)})
@@ -70,7 +72,8 @@ def get_design(name: str) -> Design:
         if key in (d.name, d.short.lower()):
             return d
     if key.count(":") == 1:
-        first, second = (part.strip() for part in key.split(":"))
+        # A100 and H100 name no machine of a catalog's own (they are designs' short names): the built-ins
+        first, second = (_BUILTIN_SHORT.get(part.strip(), part.strip()) for part in key.split(":"))
         if first and second:
             pools = (second, None) if first == "baseline" else (first, second)
             same = [d for d in DESIGNS.values() if (d.prompt_machine, d.token_machine) == pools]

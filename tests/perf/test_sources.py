@@ -139,3 +139,11 @@ def test_profiles_fit_recovers_a_stack_that_predicts_its_own_timings(tmp_path, c
     sim = Simulator(STREAM, "llama-3.1-8b", stack=fitted)
     assert sim.latency_source(BUILTIN_MACHINES["dgx-h200"]).detail == "estimated from data sheets (stack mine)"
     pd.testing.assert_frame_equal(med, pd.read_csv(bench))   # (the file is read, not written)
+    report = tmp_path / "s.json"
+    code = main(["simulate", "--design", "B200:B200", "--prompt", "2", "--token", "1", "--rps", "5", "--duration", "20",
+                 "--model", "llama-3.1-70b", "--dtype", "fp8", "--stack", str(stack), "--method", "fluid",
+                 "--json", str(report), "-q"])
+    assert code == 0, capsys.readouterr().err
+    inputs = json.loads(report.read_text())["inputs"]
+    assert inputs["dtype"] == "fp8" and inputs["latency_sources"] == {
+        "dgx-b200": "estimated from data sheets (stack mine)", "reference": "estimated from data sheets (stack mine)"}
