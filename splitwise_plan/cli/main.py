@@ -119,6 +119,9 @@ def _terminated(signum, frame) -> None:
 
     ``timeout`` and some CI runners signal the process and then its whole group, so the same stop
     arrives twice at once: only one that comes later ends the run at once, as a second Ctrl-C does."""
+    if _in_library_callback(frame):   # raised here, the stop would be printed and dropped: send it again
+        threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+        return
     first = time.monotonic()
     signal.signal(signal.SIGINT, _second_interrupt)
     for sig in _END_SIGNALS:
@@ -126,6 +129,13 @@ def _terminated(signum, frame) -> None:
     _wait_out_echo(first)
     _end_descendants()
     raise Stopped(signal.Signals(signum).name)
+
+
+def _in_library_callback(frame) -> bool:
+    """Whether Python runs a C library's callback (numba's compiler calls llvmlite's object-cache hooks
+    through ctypes), where an exception is printed and dropped instead of stopping the run."""
+    return frame is not None and frame.f_code.co_filename.endswith(os.path.join("llvmlite", "binding",
+                                                                                "executionengine.py"))
 
 
 def _end_descendants() -> None:

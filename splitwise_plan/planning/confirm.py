@@ -1,6 +1,6 @@
 """Confirmation: the confirm simulator (the discrete-event oracle by default) re-checks a search's answer
 on every seed's stream, and a point holds when each passes with the request's margin
-(:class:`Confirmer`, which may run its simulations ahead in side processes, :class:`Pool`). Also the
+(:class:`Confirmer`, which may run its simulations ahead in a pool of workers, :class:`Pool`). Also the
 search's simulator over every seed's stream (:class:`OverSeeds`), so the search asks what confirmation will.
 """
 
@@ -18,8 +18,8 @@ from splitwise_plan.sim.simulator import Simulator
 
 
 class Pool:
-    """Side processes that remember their jobs, so that closing drops the ones still pending
-    (confirmations started ahead and no longer needed) instead of awaiting them."""
+    """Workers (threads, or processes) that remember their jobs, so that closing drops the ones still
+    pending (confirmations started ahead and no longer needed) instead of awaiting them."""
 
     def __init__(self, executor) -> None:
         self.executor, self.jobs = executor, []
@@ -29,13 +29,16 @@ class Pool:
         return self.jobs[-1]
 
     def close(self, kill: bool = False) -> None:
-        """Drop the pending jobs; wait for the running ones, or (``kill``: the caller was stopped) end them."""
+        """Drop the pending jobs; wait for the running ones, or (``kill``: the caller was stopped) leave
+        them (a thread's one simulation ends on its own) or end them (a process's)."""
         for job in self.jobs:
             job.cancel()
-        if kill:
+        if not kill:
+            self.executor.shutdown(wait=True)
+        elif hasattr(self.executor, "_processes"):
             self.executor.shutdown(wait=True, kill_workers=True)
         else:
-            self.executor.shutdown(wait=True)
+            self.executor.shutdown(wait=False, cancel_futures=True)
 
 
 class OverSeeds:
@@ -93,7 +96,7 @@ def _confirm_sim(inputs: Inputs, req: PlanRequest, rate, seed: int) -> Simulator
 
 
 def _confirm_run(inputs: Inputs, req: PlanRequest, design: str, pt, rate, seed: int):
-    """One confirmation simulation (a picklable task for another process)."""
+    """One confirmation simulation (a task for a worker thread, picklable for a process)."""
     return _confirm_sim(inputs, req, rate, seed).run(design, *pt)
 
 

@@ -12,8 +12,8 @@ win (:mod:`splitwise_plan.search`), a search finds the optimum with the fast sim
 and the confirm simulator (the discrete-event oracle by default, :mod:`.confirm`)
 re-checks the answer on the full stream; with ``seeds`` K both run over K streams and a
 point's result is its worst; a point that fails confirmation is excluded and the search
-moves to the next. This module runs the designs (in lockstep, in side processes or one by
-one), ranks them (:mod:`.objectives`) and makes the report's ``inputs`` block.
+moves to the next. This module runs the designs (in lockstep, in threads, in worker processes
+or one by one), ranks them (:mod:`.objectives`) and makes the report's ``inputs`` block.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import math
 import sys
+import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
@@ -60,19 +61,43 @@ def _awaited(get, timed_out: type):
             pass
 
 
+class _Stops:
+    """The locksteps of the groups planning side by side, to stop together: one that starts after the
+    stop is stopped as it starts."""
+
+    def __init__(self) -> None:
+        self.locksteps: list = []
+        self.stopped = False
+        self._lock = threading.Lock()
+
+    def add(self, lockstep: Lockstep) -> None:
+        with self._lock:
+            self.locksteps.append(lockstep)
+            if self.stopped:
+                lockstep.stop()
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            for lockstep in self.locksteps:
+                lockstep.stop()
+
+
 def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=None, on_design=None,
-                threads: int = 1, memo: Memo | None = None) -> list:
+                threads: int = 1, memo: Memo | None = None, stops: _Stops | None = None) -> list:
     """Plan designs of one kind (Splitwise or baseline) together: one search thread per design,
     their simulations batched a round at a time (:class:`Lockstep`), so the fluid simulator's
     per-request loop runs once a round for all of them, ``threads`` designs side by side.
-    ``pool`` runs the confirmations; ``memo`` knows and keeps their simulations."""
+    ``pool`` runs the confirmations; ``memo`` knows and keeps their simulations; ``stops``, if
+    given, can stop this group's searches from another thread."""
     import queue
-    import threading
 
     sim = inputs.simulator(inputs.stream(req.rps, req.seed), method, search=True, threads=threads)
     over = OverSeeds(inputs, req, method, sim, memo=memo)
     lockstep = Lockstep(over.run_points)
     over.stopped = lockstep.stopped
+    if stops is not None:
+        stops.add(lockstep)
     done: queue.Queue = queue.Queue()
 
     def work(name):
@@ -83,14 +108,14 @@ def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=Non
         finally:
             lockstep.leave()
 
-    threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in designs]
-    for _ in threads:
+    searches = [threading.Thread(target=work, args=(n,), daemon=True) for n in designs]
+    for _ in searches:
         lockstep.enter()
-    for th in threads:
+    for th in searches:
         th.start()
     plans, error = [], None
     try:
-        for _ in threads:
+        for _ in searches:
             p = _awaited(done.get, queue.Empty)
             if isinstance(p, BaseException):
                 error = error or p
@@ -101,7 +126,7 @@ def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=Non
     except BaseException:   # Ctrl-C here: the search threads stop at their next simulation round
         lockstep.stop()
         raise
-    for th in threads:
+    for th in searches:
         th.join()
     if error is not None:
         raise error
@@ -257,30 +282,33 @@ def _run(inputs: Inputs, req: PlanRequest, order: list, method: str, collect, me
 
 def _run_groups(inputs: Inputs, req: PlanRequest, order: list, method: str, jobs: int, collect,
                 memo: Memo | None = None) -> None:
-    """Designs of a kind share each fluid round; with two or more cores the baselines run in
-    a second process meanwhile, and the Splitwise confirmations in a third."""
+    """Designs of a kind share each fluid round; with two or more cores the baselines plan in
+    another thread meanwhile, and the Splitwise confirmations in others. The compiled simulators
+    release Python's lock, so threads use the cores as processes would, without starting any."""
+    from concurrent.futures import ThreadPoolExecutor
+
     groups = [g for g in ([n for n in order if not get_design(n).is_baseline],
                           [n for n in order if get_design(n).is_baseline]) if g]
     sub = replace(req, jobs=1)
     if jobs > 1 and len(groups) == 2:
-        from joblib.externals.loky import ProcessPoolExecutor  # a fresh process, as joblib's workers
-
-        pool = other = None
-        try:   # (a stop while the side process starts ends it too)
-            with starting_workers():   # (the executor's queues start loky's resource trackers)
-                pool = Pool(ProcessPoolExecutor(2))
-                other = pool.submit(_plan_group, inputs, sub, groups[1], method)
-            _plan_group(inputs, sub, groups[0], method, pool, collect, threads=jobs, memo=memo)
+        stops = _Stops()
+        side = ThreadPoolExecutor(1, thread_name_prefix="baselines")
+        pool = Pool(ThreadPoolExecutor(jobs, thread_name_prefix="confirm"))
+        other = side.submit(_plan_group, inputs, sub, groups[1], method, None, None, 1, memo, stops)
+        try:
+            _plan_group(inputs, sub, groups[0], method, pool, collect, threads=jobs, memo=memo, stops=stops)
             for p in _awaited(other.result, FutureTimeout):
                 collect(p)
-        except BaseException:   # Ctrl-C (a notebook's interrupt too): the side process stops now
-            if other is not None and other.done() and not other.cancelled() and other.exception() is None:
+        except BaseException:   # Ctrl-C (a notebook's interrupt too): the baselines' searches stop now
+            stops.stop()
+            if other.done() and not other.cancelled() and other.exception() is None:
                 for p in other.result():   # its designs, finished before the stop, are kept
                     collect(p)
-            if pool is not None:
-                pool.close(kill=True)
+            pool.close(kill=True)
+            side.shutdown(wait=False, cancel_futures=True)
             raise
         pool.close()
+        side.shutdown()
     else:
         for g in groups:
             _plan_group(inputs, sub, g, method, None, collect, threads=jobs, memo=memo)
