@@ -40,9 +40,9 @@ def shipped_files() -> dict:
             folder = data_dir(kind)
         except SplitwisePlanError:
             continue
-        for f in folder.iterdir():
+        for f in folder.rglob("*"):   # (subfolders too: profiles/stacks/default.toml)
             if f.is_file():
-                out[os.path.realpath(f)] = f"{kind}/{f.name}"
+                out[os.path.realpath(f)] = f"{kind}/{f.relative_to(folder).as_posix()}"
     return out
 
 
