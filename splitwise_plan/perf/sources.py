@@ -147,7 +147,8 @@ def reference_latency(slos, profiles, model, machines, stack: Stack | None = Non
     if has_profile(profiles, model.name, hw, tp):
         machine = next((m for m in machines.values() if m.hardware == hw.lower()), None)
         how = source_of(profiles, model, machine, tp) if machine is not None else f"measured ({_profile_name(profiles)})"
-        return Sourced(profiles.latency_model(model.name, hw, tp), MEASURED, how)
+        return Sourced(profiles.latency_model(model.name, hw, tp), ESTIMATED if how.startswith(ESTIMATED) else MEASURED,
+                       how)
     machine, problem = reference_machine(slos, model, machines)
     if machine is None:
         raise SplitwisePlanError(f"slowdowns are measured against {model.name} alone on {hw} at TP{tp}, which no "

@@ -147,3 +147,15 @@ def test_profiles_fit_recovers_a_stack_that_predicts_its_own_timings(tmp_path, c
     inputs = json.loads(report.read_text())["inputs"]
     assert inputs["dtype"] == "fp8" and inputs["latency_sources"] == {
         "dgx-b200": "estimated from data sheets (stack mine)", "reference": "estimated from data sheets (stack mine)"}
+
+
+def test_a_plans_estimated_reference_says_it_is_estimated():
+    """A plan's inputs hold the estimate of the reference GPU among their profiles: it is still an
+    estimate, not a measurement, wherever it is read from."""
+    from splitwise_plan.perf.sources import reference_latency
+    from splitwise_plan.planning import Inputs, PlanRequest
+    inp = Inputs.load(PlanRequest(goal="min-cost", rps=10, model="llama-3.1-70b", designs="H100:H200"))
+    ref = reference_latency(inp.slos, inp.profiles, inp.model, inp.machines)
+    assert (ref.kind, ref.detail) == (ESTIMATED, "estimated from data sheets (stack default)")
+    paper = Inputs.load(PlanRequest(goal="min-cost", rps=10, designs="HH"))
+    assert reference_latency(paper.slos, paper.profiles, paper.model, paper.machines).kind == MEASURED
