@@ -21,6 +21,7 @@ from splitwise_plan.cli.inputs import (
     Inputs,
     above_bound,
     arrivals_bar,
+    best_case_rate,
     bound_line,
     fluid_caution,
     resolve_inputs,
@@ -96,7 +97,9 @@ def _check_cluster(spec, inp: Inputs, cluster_file: Path) -> None:
 def slo_text(row: dict, result, before_limit: str = " < ") -> str:
     """One SLO's value against its limit in its unit, a slowdown with the latency it stands for:
     "TTFT P99 slowdown 3.91x (1.31 s) < 6x", "TBT P90 0.052 s < 0.1 s" (``before_limit`` between them)."""
-    name = f"{row['metric'].upper()} P{row['percentile']:g}"
+    from splitwise_plan.planning.explain import slo_label
+
+    name = slo_label(row["metric"], row["percentile"])
     value, slowdown = row["value"], row["unit"] == "slowdown"
     limit = f"{row['limit']:g}x" if slowdown else f"{row['limit']:g} s"
     if not math.isfinite(value):
@@ -447,13 +450,9 @@ def _rate_bound(inp: Inputs, spec, duration: float, seed: int) -> float:
     work and memory, see :mod:`splitwise_plan.search.bound`) lets it carry, on a probe drawn from the
     workload (or on the trace itself). Trials stop there, so a rate far past the cluster never costs a
     long simulation."""
-    from splitwise_plan.search import capacity_model
-
     probe = (inp.trace_stream if inp.trace is not None else
              inp.source.generate(PROBE_REQUESTS / duration, duration_s=duration, seed=seed))
-    cm = capacity_model(inp.simulator(probe), spec.design)
-    scale = float(cm.max_scale(spec.prompt_machines, spec.token_machines, hi=1e6, iters=64))
-    return 2.0 * scale * probe.rate
+    return 2.0 * best_case_rate(inp, spec.design, spec.prompt_machines, spec.token_machines, probe)
 
 
 @app.command("capacity", cls=ReportCommand)

@@ -134,16 +134,23 @@ def rate_bound(inp: Inputs, design: Design, prompt: int, token: int, rate: Optio
     memory), on the trace time-scaled to ``rate`` itself, or on a probe of :data:`BOUND_PROBE_REQUESTS`
     drawn from the workload over the inputs' duration (whose best case scales with the rate). Infinite
     where the stream has no span to measure a rate over."""
-    from splitwise_plan.search import capacity_model
     if inp.trace is not None:
         probe = stream_at(inp, rate)
     else:
         probe = inp.source.generate(BOUND_PROBE_REQUESTS / inp.duration_s, duration_s=inp.duration_s,
                                     seed=inp.seed if seed is None else seed)
+    return BOUND_SAFETY * best_case_rate(inp, design, prompt, token, probe)
+
+
+def best_case_rate(inp: Inputs, design: Design, prompt: int, token: int, probe) -> float:
+    """The most req/s that ``prompt`` + ``token`` machines of ``design`` carry on stream ``probe`` (time-scaled)
+    by the capacity model (best-case work and memory, :mod:`splitwise_plan.search.bound`); infinite where
+    the stream has no span to measure a rate over."""
+    from splitwise_plan.search import capacity_model
     if len(probe) == 0 or not probe.duration_s > 0:
         return math.inf
     cm = capacity_model(inp.simulator(probe), design)
-    return BOUND_SAFETY * float(cm.max_scale(prompt, token, hi=1e6, iters=64)) * probe.rate
+    return float(cm.max_scale(prompt, token, hi=1e6, iters=64)) * probe.rate
 
 
 def expected_requests(inp: Inputs, rate: Optional[float]) -> float:

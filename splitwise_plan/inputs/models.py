@@ -242,7 +242,7 @@ def load_model_config(path) -> ModelSpec:
     """The :class:`ModelSpec` of a Hugging Face ``config.json`` at ``path`` (the file, or a folder holding
     it), named after its folder (a ``config.json``) or its file; a user error naming the file if it is
     missing, not JSON, lacks a field or has a bad value, or is a mixture of experts."""
-    from splitwise_plan.inputs.paths import user_file
+    from splitwise_plan.inputs.paths import read_text, user_file
     p = Path(os.fspath(path)).expanduser() if isinstance(path, (str, os.PathLike)) else path
     if isinstance(p, Path) and p.is_dir():
         if not (p / "config.json").is_file():
@@ -250,14 +250,11 @@ def load_model_config(path) -> ModelSpec:
         p = p / "config.json"
     p = user_file(p, "model config")
     where = f"model config {p}"
+    text = read_text(p, where)
     try:
-        config = json.loads(p.read_bytes().decode("utf-8-sig"))
+        config = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SplitwisePlanError(f"{where} is not valid JSON: {exc}") from None
-    except UnicodeDecodeError:
-        raise SplitwisePlanError(f"{where} is not UTF-8 text") from None
-    except OSError as exc:
-        raise SplitwisePlanError(f"{where} cannot be read: {exc.strerror or exc}") from None
     name = (p.resolve().parent.name if p.name == "config.json" else p.stem).lower() or p.stem
     return model_from_config(config, name, where, source=f"Hugging Face config {p.resolve()}")
 

@@ -69,20 +69,26 @@ def user_file(path, what: str) -> Path:
     return p
 
 
-def read_toml(path: str | Path, what: str) -> dict:
-    """Parse a TOML file, turning a missing file or a syntax error into a one-line user error.
-
-    A UTF-8 byte-order mark (Windows Notepad writes one) is read past, as the CSV readers do.
-    """
-    p = user_file(path, what)
+def read_text(p: Path, where: str) -> str:
+    """The text of user file ``p`` (``where`` names it in errors: "SLO file slo.toml"), or a one-line user
+    error when it is not UTF-8 or cannot be read. A UTF-8 byte-order mark (Windows Notepad writes one) is
+    read past, as the CSV readers do."""
     try:
-        return tomllib.loads(p.read_bytes().decode("utf-8-sig"))
+        return p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise SplitwisePlanError(f"{where} is not UTF-8 text") from None
+    except OSError as exc:
+        raise SplitwisePlanError(f"{where} cannot be read: {exc.strerror or exc}") from None
+
+
+def read_toml(path: str | Path, what: str) -> dict:
+    """Parse a TOML file, turning a missing file or a syntax error into a one-line user error."""
+    p = user_file(path, what)
+    text = read_text(p, f"{what} file {p}")
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SplitwisePlanError(f"{what} file {p} is not valid TOML: {exc}") from None
-    except UnicodeDecodeError:
-        raise SplitwisePlanError(f"{what} file {p} is not UTF-8 text") from None
-    except OSError as exc:
-        raise SplitwisePlanError(f"{what} file {p} cannot be read: {exc.strerror or exc}") from None
 
 
 def file_sha256(path: str | os.PathLike) -> str:

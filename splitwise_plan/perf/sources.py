@@ -102,19 +102,18 @@ def with_estimates(profiles, model, needs, stack: Stack | None = None):
     return ProfileSet(table, source=profiles.source, estimates={**profiles.estimates, **added})
 
 
-def source_of(profiles, model, machine, tensor_parallel: int) -> str:
-    """How ``profiles`` came by ``model``'s latencies on ``machine``'s GPU: measured (in which file) or
-    estimated (from which data sheet and stack)."""
-    how = profiles.estimates.get((model.name.lower(), machine.hardware, int(tensor_parallel)))
-    return how or f"measured ({_profile_name(profiles)})"
+def from_profiles(profiles, model, hardware: str, tensor_parallel: int) -> Sourced:
+    """``model``'s latencies on ``hardware`` as ``profiles`` hold them: measured (in which file), or an
+    estimate :func:`with_estimates` added (from which stack)."""
+    how = profiles.estimates.get((model.name.lower(), hardware.lower(), int(tensor_parallel)))
+    return Sourced(profiles.latency_model(model.name, hardware, tensor_parallel), ESTIMATED if how else MEASURED,
+                   how or f"measured ({_profile_name(profiles)})")
 
 
 def sourced_latency(profiles, model, machine, tensor_parallel: int, stack: Stack | None = None) -> Sourced:
     """The latency model of ``model`` on ``machine``'s GPU from ``profiles`` when they hold it, else the estimate."""
     if has_profile(profiles, model.name, machine.hardware, tensor_parallel):
-        how = source_of(profiles, model, machine, tensor_parallel)
-        return Sourced(profiles.latency_model(model.name, machine.hardware, tensor_parallel),
-                       ESTIMATED if how.startswith(ESTIMATED) else MEASURED, how)
+        return from_profiles(profiles, model, machine.hardware, tensor_parallel)
     return estimated(model, machine, tensor_parallel, stack)
 
 
@@ -145,10 +144,7 @@ def reference_latency(slos, profiles, model, machines, stack: Stack | None = Non
     reference (its slowdowns are then only indicative), and a user error if an SLO is a slowdown."""
     hw, tp = slos.reference_hardware, slos.reference_tensor_parallel
     if has_profile(profiles, model.name, hw, tp):
-        machine = next((m for m in machines.values() if m.hardware == hw.lower()), None)
-        how = source_of(profiles, model, machine, tp) if machine is not None else f"measured ({_profile_name(profiles)})"
-        return Sourced(profiles.latency_model(model.name, hw, tp), ESTIMATED if how.startswith(ESTIMATED) else MEASURED,
-                       how)
+        return from_profiles(profiles, model, hw, tp)
     machine, problem = reference_machine(slos, model, machines)
     if machine is None:
         raise SplitwisePlanError(f"slowdowns are measured against {model.name} alone on {hw} at TP{tp}, which no "
@@ -166,8 +162,8 @@ def latency_sources(profiles, model, machines: dict, machine_names, tensor_paral
     out = {}
     for name in dict.fromkeys(machine_names):
         m = machines[name]
-        out[m.name] = (source_of(profiles, model, m, tensor_parallel)
-                     if has_profile(profiles, model.name, m.hardware, tensor_parallel) else "none (see its design's note)")
+        out[m.name] = (from_profiles(profiles, model, m.hardware, tensor_parallel).detail
+                       if has_profile(profiles, model.name, m.hardware, tensor_parallel) else "none (see its design's note)")
     try:
         out["reference"] = reference_latency(slos, profiles, model, machines).detail
     except SplitwisePlanError as exc:

@@ -32,14 +32,13 @@ from splitwise_plan.inputs.budget import parse_budget
 from splitwise_plan.inputs.designs import MAX_POOL, get_design
 from splitwise_plan.perf.sources import latency_sources
 from splitwise_plan.planning.budget import plan_budget
-from splitwise_plan.planning.confirm import OverSeeds, Pool
+from splitwise_plan.planning.confirm import Confirmer, OverSeeds, Pool
 from splitwise_plan.planning.iso import plan_iso
 from splitwise_plan.planning.memo import Memo
 from splitwise_plan.planning.objectives import gains, rank_key, tightest_ratio
 from splitwise_plan.planning.request import Inputs, PlanRequest, input_label
 from splitwise_plan.planning.result import DesignPlan, PlanResult
-from splitwise_plan.planning.streams import severity, stream_seeds
-from splitwise_plan.search import WAKE_S, Lockstep, passes
+from splitwise_plan.search import WAKE_S, Lockstep
 from splitwise_plan.sim.simulator import cpu_cores, starting_workers
 
 
@@ -163,8 +162,8 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, me
     stopped run's), taken as they are: a design's answer does not depend on the others planned.
     ``memo`` (a :class:`~splitwise_plan.planning.memo.Memo`) holds the simulations a stopped run of the
     same request ran, and keeps the new ones as they finish: the designs it was planning resume their
-    searches where they were (those planned in the main process: the Splitwise designs of a fluid
-    search, or every design on one core).
+    searches where they were (all but those planned in ``--jobs`` worker processes, with another search
+    method than the fluid model).
     """
     t0 = time.perf_counter()
     req, done = _request_of(request, on_design, done, kwargs)
@@ -198,15 +197,8 @@ def _at_higher_rate(inputs: Inputs, req: PlanRequest, winner: DesignPlan) -> dic
     if req.goal == "max-throughput":
         return None
     rate = winner.rate * STRESS_FACTOR
-    results = []
-    for s in stream_seeds(inputs, req):
-        sim = inputs.simulator(inputs.stream(rate, s), req.confirm_method)
-        results.append(replace(sim.run(winner.design, winner.prompt, winner.token),
-                               seed=None if inputs.trace is not None else s))
-        if not passes(results[-1], 1.0 - req.margin):
-            break
-    worst = max(results, key=severity)
-    return {"factor": STRESS_FACTOR, "rate_rps": rate, "slo_met": passes(worst, 1.0 - req.margin),
+    held, worst, _ = Confirmer(inputs, req, req.confirm_method)(winner.design, (winner.prompt, winner.token), rate)
+    return {"factor": STRESS_FACTOR, "rate_rps": rate, "slo_met": held,
             "headroom": 1.0 - tightest_ratio(worst), "result": worst}
 
 

@@ -60,7 +60,9 @@ def _encode(x) -> dict:
 def _pieces(results) -> int:
     """How many of ``results`` are pieces of work (a sweep's points, a plan's designs), not simulations
     kept of a design unfinished."""
-    return sum(1 for r in results if type(r).__name__ != "Kept")
+    from splitwise_plan.planning.memo import Kept
+
+    return sum(1 for r in results if not isinstance(r, Kept))
 
 
 _DECODERS = {"sweep": _point_of, "plan": _design_of}
