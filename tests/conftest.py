@@ -1,13 +1,39 @@
-"""Shared fixtures: where the reference data (../shared) is, and a helper to write input files."""
+"""Shared fixtures: where the reference data (../shared) is, a helper to write input files, and a cache
+folder of the session's own for the plans that keep their progress there."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
 import pytest
 
+from splitwise_plan.report.checkpoint import CACHE_ENV
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+_TESTS = itertools.count()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_plan_cache(tmp_path_factory) -> Path:
+    """A plan with no report file keeps its progress in the user cache folder: point it
+    (SPLITWISE_PLAN_CACHE_DIR, inherited by the commands tests start) at a folder of the session's own,
+    so that no test writes to ~/.cache. XDG_CACHE_HOME is left alone: numba's compiled kernels are
+    cached under it where the package's folder is not writable, and the tests rely on that cache."""
+    base = tmp_path_factory.mktemp("splitwise-plan-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(CACHE_ENV, str(base / "session"))
+        yield base
+
+
+@pytest.fixture(autouse=True)
+def plan_cache(_session_plan_cache: Path, monkeypatch) -> Path:
+    """This test's cache folder (SPLITWISE_PLAN_CACHE_DIR; made when a plan first keeps something there),
+    so that a plan one test stops is not resumed by another; its plans' checkpoints are in ``plans/``."""
+    folder = _session_plan_cache / f"test-{next(_TESTS)}"
+    monkeypatch.setenv(CACHE_ENV, str(folder))
+    return folder
 
 
 def shared_root() -> Path:

@@ -2,8 +2,8 @@
 
 It builds a :class:`~splitwise_plan.planning.PlanRequest` from the options (whose defaults and checks
 live there; one per rate of ``--rps 50,70``), runs the plan with a progress bar per design, keeps finished designs in a checkpoint
-beside the first report file, then writes the reports and prints the ranking table. It exits 1 when no design meets the goal (at one
-of the rates), as ``check`` does when its gate fails.
+beside the first report file (with none, in the user cache folder), then writes the reports and prints the ranking
+table. It exits 1 when no design meets the goal (at one of the rates), as ``check`` does when its gate fails.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
     whether a design meets the goal (the plan has a winner)."""
     from splitwise_plan.cli.progress import progress
     from splitwise_plan.planning import plan
-    from splitwise_plan.report.checkpoint import stopped_note
+    from splitwise_plan.report.checkpoint import plan_cache_dir, stopped_note
     from splitwise_plan.report.plan import plan_report, render, write_reports
 
     check_output_options(json_out, csv_out, plot, inputs=req.input_files())   # a bad path fails now, not after the run
@@ -146,7 +146,8 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
             result = plan(req, on_design=done, done=kept, memo=memo)
         except KeyboardInterrupt:
             also = "" if req.goal == "max-throughput" else "; --storage keeps every simulation"   # (it refuses one)
-            stopped = stopped_note(ckpt, n, "plan", "designs", len(others), also)
+            stopped = stopped_note(ckpt, n, "plan", "designs", len(others), also,   # (None: cache unwritable)
+                                   cache=plan_cache_dir() or "the user cache folder")
             if stopped:
                 sys.stderr.write(stopped + "\n")
             raise
@@ -164,15 +165,18 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
 
 
 def _plan_checkpoint(req, *outputs, quiet: bool) -> tuple:
-    """The checkpoint of a plan beside its first output file (None: no file) and the designs it kept from
-    an earlier run of the same plan, stopped: {design: DesignPlan} (also of designs this one does not name)."""
-    from splitwise_plan.report.checkpoint import Checkpoint, path_for, plan_fingerprint
+    """The checkpoint of a plan beside its first output file (with none, in the user cache folder, keyed
+    by the plan's inputs; None where that folder cannot be written) and the designs it kept from an
+    earlier run of the same plan, stopped: {design: DesignPlan} (also of designs this one does not name)."""
+    from splitwise_plan.report.checkpoint import Checkpoint, path_for, plan_cache_path, plan_fingerprint
 
     where = path_for(*outputs)
+    digest = plan_fingerprint(req, __version__)
+    where = where or plan_cache_path(digest)
     if where is None:
         return None, {}
     # its notes say what becomes of the user's files: printed even with --quiet
-    ckpt = Checkpoint(where, plan_fingerprint(req, __version__), say=lambda why: note(why, False), kind="plan")
+    ckpt = Checkpoint(where, digest, say=lambda why: note(why, False), kind="plan")
     loaded = ckpt.load()   # a file not this plan's is moved aside once a design is done (the inputs good)
     kept = [d for d in loaded if d in req.designs]
     sims = sum(1 for d in loaded if isinstance(d, tuple))

@@ -1,6 +1,7 @@
 """A sweep's or a plan's results kept as they finish, so that a stopped run resumes where it stopped.
 
-The file (``OUTPUT.partial`` beside the run's first output file) holds one JSON line with
+The file (``OUTPUT.partial`` beside the run's first output file; a plan that writes no file keeps it
+in the user cache folder, see :func:`plan_cache_path`) holds one JSON line with
 the fingerprint of the run's inputs, then one line per finished piece of work: a sweep's
 design point (a :class:`~splitwise_plan.sim.simulator.SimulationResult`) or a plan's design (a
 :class:`~splitwise_plan.planning.planner.DesignPlan`). Each is appended and flushed to disk as it
@@ -24,6 +25,7 @@ from splitwise_plan.inputs.paths import file_sha256
 
 FORMAT = "splitwise-plan {kind} checkpoint"
 VERSION = 1
+CACHE_ENV = "SPLITWISE_PLAN_CACHE_DIR"   # the user cache folder, in place of $XDG_CACHE_HOME/splitwise-plan
 
 
 def _point_of(d: dict):
@@ -103,11 +105,16 @@ def plan_fingerprint(req, version: str) -> str:
 
 
 def stopped_note(ckpt: "Checkpoint | None", total: int, run: str, pieces: str, others: int = 0,
-                 also: str = "") -> str | None:
+                 also: str = "", cache: "Path | str | None" = None) -> str | None:
     """What a stopped ``run`` ("sweep", "plan") says of its ``pieces`` done (of ``total``; the file also
     holds ``others``, of runs that name them): where they are kept, or that nothing is (it writes no
-    file: ``also``, another way to keep them); None when its file could not be written (it said so then)."""
+    file, and, for a run that keeps them in the ``cache`` folder then, that folder cannot be written:
+    ``also``, another way to keep them); None when its file could not be written (it said so then)."""
     done = ckpt.kept - others if ckpt is not None and ckpt.owned else 0
+    if ckpt is None and cache is not None:
+        return (f"stopped: nothing is kept, since the {run} writes no file and cannot write to {cache} (set "
+                f"{CACHE_ENV} to a folder it can write, or give a --csv, --json or --plot FILE to keep the "
+                f"{pieces} done beside it; the same command then goes on from them{also})")
     if ckpt is None:
         return (f"stopped: nothing is kept, since the {run} writes no file (a --csv, --json or --plot FILE keeps "
                 f"the {pieces} done beside it, and the same command goes on from them{also})")
@@ -118,6 +125,39 @@ def stopped_note(ckpt: "Checkpoint | None", total: int, run: str, pieces: str, o
     sims = f", with {ckpt.simulations:,} simulations of the others" if ckpt.simulations and done < total else ""
     return (f"stopped: {done:,} of {total:,} {pieces} are kept in {ckpt.path}{sims}; the same command goes on "
             "from there")
+
+
+def plan_cache_dir() -> Path | None:
+    """Where plans that write no file keep their checkpoints: ``plans/`` in the user cache folder,
+    ``$SPLITWISE_PLAN_CACHE_DIR`` (tests and CI point it elsewhere), else ``$XDG_CACHE_HOME/splitwise-plan``
+    (``~/.cache/splitwise-plan``; a relative XDG_CACHE_HOME is ignored, as the XDG spec asks). None
+    where there is no home folder to find it in. Nothing is made here."""
+    given = os.environ.get(CACHE_ENV)
+    if given:
+        return Path(given).expanduser().absolute() / "plans"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    try:
+        base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    except (RuntimeError, KeyError):   # (no HOME, and no entry in the password database)
+        return None
+    return base / "splitwise-plan" / "plans"
+
+
+def plan_cache_path(digest: str) -> Path | None:
+    """Where a plan that writes no file keeps its checkpoint: ``<digest prefix>.partial`` in
+    :func:`plan_cache_dir`, keyed by the plan's inputs (:func:`plan_fingerprint`: the same command finds
+    it again; the file's header holds the whole digest). The folder is made if missing; None where it
+    cannot be made or written (the plan then keeps nothing, and says so when stopped)."""
+    folder = plan_cache_dir()
+    if folder is None:
+        return None
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return None
+    return folder / f"{digest[:16]}.partial"
 
 
 def path_for(*outputs) -> Path | None:

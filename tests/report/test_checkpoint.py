@@ -225,3 +225,43 @@ def test_a_file_given_by_another_path_is_the_same_input(tmp_path, monkeypatch):
     assert a == ck.plan_fingerprint(PlanRequest(rps=5, slos=str(slo)), "1")
     slo.write_text(slo.read_text().replace("p99 = 6.0", "p99 = 7.0", 1))
     assert a != ck.plan_fingerprint(PlanRequest(rps=5, slos="my.toml"), "1")   # its contents count
+
+
+def test_a_plan_with_no_file_keeps_its_checkpoint_in_the_user_cache_folder(tmp_path, monkeypatch, plan_cache):
+    """$SPLITWISE_PLAN_CACHE_DIR/plans (the tests point it at a folder of their own), else
+    $XDG_CACHE_HOME/splitwise-plan/plans (an absolute one), else ~/.cache/splitwise-plan/plans; the file
+    is named by the plan's fingerprint; a folder that cannot be made is no place (None)."""
+    assert ck.CACHE_ENV == "SPLITWISE_PLAN_CACHE_DIR" and os.environ[ck.CACHE_ENV] == str(plan_cache)
+    digest = "0123456789abcdef" * 4
+    where = ck.plan_cache_path(digest)
+    assert where == plan_cache / "plans" / "0123456789abcdef.partial" and where.parent.is_dir()
+    monkeypatch.delenv(ck.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert ck.plan_cache_dir() == tmp_path / "xdg" / "splitwise-plan" / "plans"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for xdg in ("", "relative/cache"):   # unset, or relative (which the XDG spec says to ignore)
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+        assert ck.plan_cache_dir() == tmp_path / "home" / ".cache" / "splitwise-plan" / "plans"
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(ck.CACHE_ENV, str(tmp_path / "a-file" / "cache"))   # under a file: cannot be made
+    assert ck.plan_cache_path(digest) is None
+    c = ck.Checkpoint(where, digest, kind="plan")   # and a plan's file there is a checkpoint like any other
+    c.start()
+    assert c.owned and c.load() == {} and where.read_text().count("\n") == 1
+    c.finish([], "designs")
+    assert not where.exists()
+
+
+def test_a_stopped_plan_says_where_its_progress_is_kept_or_why_it_is_not(tmp_path):
+    c = ck.Checkpoint(tmp_path / "plans" / "ab.partial", "ab", kind="plan")
+    c.path.parent.mkdir()
+    c.start()
+    assert ck.stopped_note(c, 4, "plan", "designs", cache=tmp_path) == (
+        f"stopped: 0 of 4 designs are kept in {c.path}; the same command goes on from there")
+    note = ck.stopped_note(None, 4, "plan", "designs", also="; --storage keeps every simulation", cache=tmp_path)
+    assert note.startswith(f"stopped: nothing is kept, since the plan writes no file and cannot write to {tmp_path} "
+                           "(set SPLITWISE_PLAN_CACHE_DIR to a folder it can write, or give a --csv")
+    assert note.endswith("the same command then goes on from them; --storage keeps every simulation)")
+    # a sweep with no file keeps nothing, as ever
+    assert ck.stopped_note(None, 6, "sweep", "design points").startswith(
+        "stopped: nothing is kept, since the sweep writes no file")

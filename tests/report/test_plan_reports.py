@@ -416,7 +416,7 @@ def test_no_report_overwrites_the_tools_own_data():
 
 def _stable(path):
     """A plan's JSON report without what a run cannot repeat (its creation time, the seconds it took)."""
-    doc = json.loads(path.read_text())
+    doc = json.loads(path if isinstance(path, str) else path.read_text())   # (or the report's text itself)
     doc.pop("created_utc"), doc["plan"].pop("seconds")
     for d in doc["results"]:
         d.pop("seconds")
@@ -504,14 +504,77 @@ def test_a_design_stopped_mid_search_resumes_from_its_simulations(capsys, monkey
     assert _stable(out) == _stable(tmp_path / "fresh.json")
 
 
-def test_a_stopped_plan_with_no_report_file_says_it_kept_nothing(capsys, monkeypatch):
+def test_a_plan_with_no_report_file_keeps_its_progress_in_the_cache_and_the_same_command_goes_on(
+        capsys, monkeypatch, tmp_path, plan_cache):
+    """With no report file (the JSON on standard output), a stopped plan keeps its designs' simulations in
+    the user cache folder (SPLITWISE_PLAN_CACHE_DIR/plans/, keyed by the plan's inputs); the same command
+    resumes from them, simulating fewer, prints the report an uninterrupted run prints, and removes it."""
+    from splitwise_plan.sim.simulator import Simulator
+    args = ["--goal", "min-cost", "--rps", "20", "--designs", "HH,HA", "--duration", "20", "--seeds", "2",
+            "--jobs", "1", "--json", "-", "--quiet"]
+    runs, real_points, real_run = [], Simulator.run_points, Simulator.run
+    stop_at: list = []
+
+    def points(self, pts, *a, **k):
+        pts = list(pts)
+        if stop_at and len(runs) >= stop_at[0]:
+            raise KeyboardInterrupt
+        runs.extend(pts)
+        return real_points(self, pts, *a, **k)
+
+    def one(self, *a, **k):
+        runs.append(a)
+        return real_run(self, *a, **k)
+
+    monkeypatch.setattr(Simulator, "run_points", points)
+    monkeypatch.setattr(Simulator, "run", one)
+    code, fresh, err = run(capsys, *args)
+    assert code == 0 and not list((plan_cache / "plans").iterdir()), err   # a plan done keeps nothing
+    full = len(runs)
+    runs.clear()
+    stop_at.append(full // 3)
+    code, out, err = run(capsys, *args)
+    kept = list((plan_cache / "plans").iterdir())
+    assert code == 130 and out == "" and len(kept) == 1 and kept[0].suffix == ".partial", err
+    assert f"stopped: 0 of 2 designs are kept in {kept[0]}, with " in err and "simulations of the others" in err
+    assert not list(tmp_path.iterdir())   # (and nothing beside the test)
+    before = len(runs)
+    runs.clear()
+    stop_at.clear()
+    code, out, err = run(capsys, *args)
+    assert code == 0 and f"resuming: 0 of 2 designs kept in {kept[0]}, and " in err, err
+    assert not kept[0].exists() and not list((plan_cache / "plans").iterdir())
+    assert len(runs) < full and len(runs) <= full - before + 2   # (a round cut short by the stop is run again)
+    assert _stable(out) == _stable(fresh)
+    # a plan with other inputs has a file of its own: the one kept is neither resumed nor moved
+    runs.clear()
+    stop_at.append(full // 3)
+    assert run(capsys, *args)[0] == 130
+    runs.clear()
+    code, _, err = run(capsys, *args[:-1], "--seed", "7")
+    assert code == 130 and "resuming" not in err
+    assert len(list((plan_cache / "plans").iterdir())) == 2
+
+
+def test_a_plan_whose_cache_folder_cannot_be_written_runs_and_says_nothing_is_kept(capsys, monkeypatch, tmp_path):
+    """Where the cache folder cannot be made (here: under a file), a plan with no report file runs as one
+    kept nothing before: no note while it runs, its report as ever, and a stop says nothing is kept, and why."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SPLITWISE_PLAN_CACHE_DIR", str(blocker / "cache"))
+    args = ["--goal", "min-cost", "--rps", "5", "--designs", "H100", "--duration", "10", "--search-method",
+            "events", "--confirm-method", "events", "--jobs", "1"]
+    code, out, err = run(capsys, *args, "--json", "-", "--quiet")
+    assert code == 0 and json.loads(out)["results"] and err == "", err
+
     def stop(*a, **k):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(planner, "_plan_one", stop)
-    code, _, err = run(capsys, "--goal", "min-cost", "--rps", "5", "--designs", "H100", "--duration", "10",
-                       "--search-method", "events", "--jobs", "1")
-    assert code == 130 and "stopped: nothing is kept, since the plan writes no file" in err
+    code, _, err = run(capsys, *args)
+    assert code == 130 and (f"stopped: nothing is kept, since the plan writes no file and cannot write to "
+                            f"{blocker / 'cache' / 'plans'} (set SPLITWISE_PLAN_CACHE_DIR") in err, err
+    assert "--storage keeps every simulation" in err and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
 def test_a_plan_stopped_by_bad_input_leaves_no_checkpoint(capsys, tmp_path):
