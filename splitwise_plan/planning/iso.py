@@ -13,6 +13,7 @@ import numpy as np
 
 from splitwise_plan.errors import plural
 from splitwise_plan.inputs.designs import Design, get_design
+from splitwise_plan.planning.bias import Bias
 from splitwise_plan.planning.confirm import Confirmer, OverSeeds
 from splitwise_plan.planning.explain import method_text, out_of_reach, out_of_reach_text, reference_label
 from splitwise_plan.planning.objectives import grid_limits, key_fn, point_text, pool_units, tightest_ratio
@@ -44,7 +45,7 @@ def plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockste
     while True:
         sr = search(s.ev, s.space, req.strategy, exclude=s.excluded, **s.opts)
         if sr.best is None:
-            return s.infeasible()
+            return s.climb() if s.excluded else s.infeasible()
         if req.strategy == "frontier" and cpu_cores() > 2:
             # with a core to spare: should this one fail, the search's next answer is already
             # being confirmed (on two cores both are busy, and the guess only slows the searches)
@@ -54,7 +55,7 @@ def plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockste
             return s.held(sr.best, worst)
         s.reject(sr.best, worst)
         if len(s.excluded) >= req.max_confirm:
-            return s.unconfirmed(sr.best, worst)
+            return s.climb()
 
 
 def _evaluator(inputs: Inputs, req: PlanRequest, d: Design, method: str, sim: Simulator, lockstep,
@@ -96,6 +97,8 @@ class _IsoSearch:
         self.confirm = Confirmer(inputs, req, method, pool, lockstep, search_over_seeds=over_seeds, memo=memo)
         self.excluded: list = []
         self.rejected: list = []   # (point text, its confirmed tightest SLO ratio)
+        self.failed: dict = {}     # point -> its worst confirm result, for each point rejected
+        self.bias = Bias(sim.slos, 1.0 - req.margin)   # the search's optimism, learned from those
         self.base = dict(design=d.name, short=d.short, rate=float(rate), bound=bound.value,
                          grid_size=self.space.size, candidates=self.space.candidates())
         self.opts = self._search_options(pool)
@@ -138,16 +141,40 @@ class _IsoSearch:
         return self._answer("unconfirmed" if self.excluded else "infeasible", note=note)
 
     def reject(self, best, worst) -> None:
-        """The confirm simulator failed ``best`` (its worst result ``worst``): exclude it from the search."""
+        """The confirm simulator failed ``best`` (its worst result ``worst``): exclude it from the search,
+        and let the search read each SLO it missed as confirmation did (:class:`~.bias.Bias`), so that
+        its next candidate is one it passes by more: a dearer design, not another of the same cost that the
+        search is as optimistic about."""
         self.excluded.append(best)
+        self.failed[tuple(best)] = worst
         point = point_text(self.d, best)
         self.rejected.append((point, tightest_ratio(worst)))
+        if not self.d.is_baseline:   # (one pool: the next candidate is a machine more, dearer already)
+            self.bias.learn(self.ev.cache.get(best), worst)
+            self.ev.verdict = self.bias.passes
 
-    def unconfirmed(self, best, worst) -> DesignPlan:
-        """The last candidate allowed was rejected too: the design is unconfirmed."""
-        return self._answer("unconfirmed", prompt=best[0], token=best[1], cost=worst.cost, power=worst.power,
-                            result=worst,
-                            note=f"all {len(self.excluded)} candidates {self._rejected_text()}")
+    def climb(self) -> DesignPlan:
+        """The search has no candidate left that confirmation may hold (or ``max_confirm`` were rejected):
+        the confirm simulator searches the grid itself, from what it has failed so far, so that a design a
+        larger cluster satisfies is answered, and one that none within the grid does says so."""
+        d, req = self.d, self.req
+        rate, n_rejected = req.rps, len(self.excluded)
+        ev = Evaluator(run=lambda pts: [self.confirm(d.name, pt, rate)[1] for pt in pts],
+                       threshold=1.0 - req.margin)
+        ev.cache.update(self.failed)
+        sr = search(ev, self.space, "frontier", exclude=self.excluded, batch=max(2, cpu_cores()))
+        rejected = self._rejected_text()
+        if sr.best is None:
+            note = (f"all {n_rejected} candidates {rejected}; the event simulation holds no design within "
+                    f"{self.p_max} prompt x {self.t_max} token machines") if not d.is_baseline else \
+                (f"all {n_rejected} candidates {rejected}; the event simulation holds no design within "
+                 f"{self.p_max} machines")
+            return self._answer("unconfirmed", note=note + _too_big(self.sim, d))
+        worst = sr.result
+        note = (f"{rejected}; after {plural(n_rejected, 'candidate')} failed, "
+                f"{method_text(req.confirm_method)} searched the grid itself ({ev.evaluations} points)")
+        return self._answer("ok", prompt=sr.best[0], token=sr.best[1], cost=worst.cost, power=worst.power,
+                            result=worst, note=note)
 
     def held(self, best, worst) -> DesignPlan:
         """The confirm simulator holds ``best``: the answer, once walked down to the confirm simulator's

@@ -49,6 +49,8 @@ class Evaluator:
         self.sim, self.design, self.method, self.jobs = sim, design, method, max(1, int(jobs or 1))
         #: a point passes when all SLOs hold and its tightest value/limit ratio is below this
         self.threshold = float(threshold)
+        #: optional: ``verdict(result) -> bool`` replaces :func:`passes` (a search that learned from confirmation)
+        self.verdict: Callable[[object], bool] | None = None
         self._run = run
         self.cache: dict[Point, object] = {}
         self.evaluations = 0
@@ -62,7 +64,7 @@ class Evaluator:
 
     def ok(self, result) -> bool:
         """Does a simulation result pass (every SLO met, and within the threshold if below 1)?"""
-        return passes(result, self.threshold)
+        return passes(result, self.threshold) if self.verdict is None else self.verdict(result)
 
     def passed(self, pt: Point) -> bool:
         return self.ok(self.cache[pt])
