@@ -143,7 +143,8 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
             if ckpt is not None and dp.design not in kept:   # the first makes the file this plan's
                 ckpt.keep([dp])
         try:
-            result = plan(req, on_design=done, done=kept, memo=memo)
+            result = plan(req, on_design=done, done=kept, memo=memo,
+                          on_step=lambda text: bar.update(description=f"plan {req.goal}: {text}"))
         except KeyboardInterrupt:
             also = "" if req.goal == "max-throughput" else "; --storage keeps every simulation"   # (it refuses one)
             stopped = stopped_note(ckpt, n, "plan", "designs", len(others), also,   # (None: cache unwritable)

@@ -10,7 +10,10 @@ from collections import Counter
 from concurrent.futures import Future
 from dataclasses import replace
 
+from splitwise_plan.inputs.designs import get_design
+from splitwise_plan.planning.explain import searched_text
 from splitwise_plan.planning.memo import Kept, Memo, confirm_key, search_key
+from splitwise_plan.planning.objectives import point_text
 from splitwise_plan.planning.request import Inputs, PlanRequest
 from splitwise_plan.planning.streams import first_stream, on_stream, severity, stream_seeds
 from splitwise_plan.search import Evaluator, Space, passes, search
@@ -48,7 +51,7 @@ class OverSeeds:
     until the design is given up)."""
 
     def __init__(self, inputs: Inputs, req: PlanRequest, method: str, first: Simulator, rate=None,
-                 memo: Memo | None = None) -> None:
+                 memo: Memo | None = None, say=None) -> None:
         seeds = stream_seeds(inputs, req)
         rate = req.rps if rate is None else rate   # max-throughput searches at rates of its own
         self.sims = [first] + [inputs.simulator(inputs.stream(rate, s), method, search=True, threads=first.threads)
@@ -57,6 +60,8 @@ class OverSeeds:
         self.runs: Counter = Counter()   # simulations run, per design
         self.stopped = lambda: False     # set to the lockstep's: a stopped plan runs no further stream
         self.memo = memo                 # the points of a stopped run of the same plan, and where to keep them
+        self.say = say                   # say(text): what the plan is doing, in plain words (progress)
+        self.method = method
 
     def run_points(self, points) -> list:
         return self._worst(points, lambda sim, pts: sim.run_points(pts), lambda pt: pt[0])
@@ -85,6 +90,10 @@ class OverSeeds:
                 runs[i] += 1
         for pt, n in zip(points, runs):
             self.runs[design_of(pt)] += n
+        if self.say is not None and todo:
+            designs = ", ".join(sorted({get_design(design_of(pt)).short for pt in points}))
+            self.say(f"searching {designs} ({searched_text(self.method)}, "
+                     f"{sum(self.runs[d] for d in dict.fromkeys(map(design_of, points))):,} simulations)")
         if self.memo is not None:
             self.memo.put([Kept(keys[i], worst[i], runs[i]) for i in todo])
         return worst
@@ -109,11 +118,12 @@ class Confirmer:
     """
 
     def __init__(self, inputs: Inputs, req: PlanRequest, search_method: str, pool=None, lockstep=None,
-                 search_over_seeds: bool = False, memo: Memo | None = None) -> None:
+                 search_over_seeds: bool = False, memo: Memo | None = None, say=None) -> None:
         self.inputs, self.req, self.search_method = inputs, req, search_method
         self.pool, self.lockstep = pool, lockstep
         self.search_over_seeds = search_over_seeds   # a search result is then the worst over all the seeds
         self.memo = memo             # confirmations of a stopped run of the same plan, and where to keep them
+        self.say = say               # say(text): what the plan is doing, in plain words (progress)
         self.threshold = 1.0 - req.margin
         self._sims: dict = {}
         self._jobs: dict = {}        # (design, point, rate, seed) -> Future of the pool
@@ -159,7 +169,10 @@ class Confirmer:
             return passes(search_result, self.threshold), worst, 0
         results, runs = [], 0
         trace = self.inputs.trace is not None
-        for s in stream_seeds(self.inputs, req):
+        seeds = stream_seeds(self.inputs, req)
+        for k, s in enumerate(seeds, 1):
+            if self.say is not None:
+                self._say(design, pt, rate, k, len(seeds))
             if (s == req.seed and search_result is not None and req.confirm_method == self.search_method):
                 results.append(replace(search_result, seed=None if trace else s))   # the search ran it already
                 continue
@@ -186,6 +199,13 @@ class Confirmer:
         worst = max(results, key=severity)
         self.history.append((rate, worst))
         return all(passes(r, self.threshold) for r in results), worst, runs
+
+    def _say(self, design: str, pt, rate, k: int, n: int) -> None:
+        """'confirming HH 330+34 (event simulation, stream 2 of 3)' (and the rate, when not the plan's)."""
+        d = get_design(design)
+        at = "" if rate is None or rate == self.req.rps else f" at {rate:g} req/s"
+        streams = f", stream {k} of {n}" if n > 1 else ""
+        self.say(f"confirming {d.short} {point_text(d, pt)}{at} ({searched_text(self.req.confirm_method)}{streams})")
 
     def lookahead(self, ev: Evaluator, space: Space, design: str, rate, excluded: list, best, depth: int,
                   batch: int) -> None:

@@ -52,6 +52,11 @@ def method_text(method: str) -> str:
     return {"fluid": "the fast model", "events": "the event simulation"}.get(method, method)
 
 
+def searched_text(method: str) -> str:
+    """A simulator as the progress line names it: 'fast model' or 'event simulation'."""
+    return method_text(method).removeprefix("the ")
+
+
 def reference_label(slos) -> str:
     """The machine a slowdown SLO measures against: ``a DGX-A100`` for the paper's, else hardware and TP."""
     hw, tp = slos.reference_hardware, slos.reference_tensor_parallel

@@ -25,20 +25,22 @@ from splitwise_plan.sim.simulator import FEW_CACHES, Simulator, cpu_cores
 
 
 def plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockstep: Lockstep | None = None,
-             pool=None, sim: Simulator | None = None, over: OverSeeds | None = None, memo=None) -> DesignPlan:
+             pool=None, sim: Simulator | None = None, over: OverSeeds | None = None, memo=None,
+             say=None) -> DesignPlan:
     """The best machine counts of ``design`` at the goal's rate: search, then confirm.
 
     In a ``lockstep`` the search's simulations run batched with other designs' (see
     :func:`~splitwise_plan.planning.planner._plan_group`); a ``pool`` then runs its confirmations.
     ``sim``: the search's simulator at the goal's rate, if the caller has one; ``over``: the
     lockstep's simulations over the seeds' streams (which count the simulations run per design);
-    ``memo``: the simulations of a stopped run of the same plan (a :class:`~.memo.Memo`), and where to keep new ones.
+    ``memo``: the simulations of a stopped run of the same plan (a :class:`~.memo.Memo`), and where to keep new ones;
+    ``say(text)``: told in plain words what the plan is doing (a progress line).
     """
     t0 = time.perf_counter()
     d = get_design(design)
     if sim is None:
         sim = inputs.simulator(inputs.stream(req.rps, req.seed), method, search=True)
-    s = _IsoSearch(inputs, req, d, method, sim, lockstep, pool, t0, over, memo)
+    s = _IsoSearch(inputs, req, d, method, sim, lockstep, pool, t0, over, memo, say)
     missed = out_of_reach(sim, d)
     if missed:   # no machine count meets these SLOs: nothing to search
         return s._answer("infeasible", note=out_of_reach_text(missed, reference_label(sim.slos)))
@@ -59,7 +61,7 @@ def plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockste
 
 
 def _evaluator(inputs: Inputs, req: PlanRequest, d: Design, method: str, sim: Simulator, lockstep,
-               over_seeds: bool, memo=None) -> tuple[Evaluator, OverSeeds | None]:
+               over_seeds: bool, memo=None, say=None) -> tuple[Evaluator, OverSeeds | None]:
     """The search's evaluator of ``d``: batched in the ``lockstep``, else over every seed's stream
     (``over_seeds``, when there are several), else the simulator ``sim`` itself; and the
     :class:`OverSeeds` it runs on, if its own."""
@@ -67,7 +69,7 @@ def _evaluator(inputs: Inputs, req: PlanRequest, d: Design, method: str, sim: Si
     if lockstep is not None:
         return Evaluator(run=lockstep.client(d.name), threshold=1.0 - req.margin), None
     if over_seeds and (len(stream_seeds(inputs, req)) > 1 or memo is not None):
-        seeds = OverSeeds(inputs, req, method, sim, memo=memo)
+        seeds = OverSeeds(inputs, req, method, sim, memo=memo, say=say)
         return Evaluator(run=lambda pts: seeds.run_many(d.name, pts), threshold=1.0 - req.margin), seeds
     return Evaluator(sim, d.name, method, jobs=jobs, threshold=1.0 - req.margin), None
 
@@ -77,7 +79,7 @@ class _IsoSearch:
     simulator rejected so far: the state :func:`plan_iso` carries from one candidate to the next."""
 
     def __init__(self, inputs: Inputs, req: PlanRequest, d: Design, method: str, sim: Simulator, lockstep,
-                 pool, t0: float, over: OverSeeds | None = None, memo=None) -> None:
+                 pool, t0: float, over: OverSeeds | None = None, memo=None, say=None) -> None:
         self.inputs, self.req, self.d, self.method, self.sim, self.t0 = inputs, req, d, method, sim, t0
         self.rate = rate = req.rps if req.rps is not None else inputs.trace.rate
         cm = capacity_model(sim, d)
@@ -92,9 +94,10 @@ class _IsoSearch:
         # the search's simulations cover every seed's stream, but with a storage (whose workers
         # simulate the first stream's trials for any request)
         over_seeds = req.storage is None
-        self.ev, own = _evaluator(inputs, req, d, method, sim, lockstep, over_seeds, memo)
+        self.ev, own = _evaluator(inputs, req, d, method, sim, lockstep, over_seeds, memo, say)
         self.over = over if lockstep is not None else own   # counts the search's simulations, if not ev
-        self.confirm = Confirmer(inputs, req, method, pool, lockstep, search_over_seeds=over_seeds, memo=memo)
+        self.confirm = Confirmer(inputs, req, method, pool, lockstep, search_over_seeds=over_seeds, memo=memo,
+                                 say=say)
         self.excluded: list = []
         self.rejected: list = []   # (point text, its confirmed tightest SLO ratio)
         self.failed: dict = {}     # point -> its worst confirm result, for each point rejected

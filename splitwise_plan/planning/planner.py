@@ -42,11 +42,12 @@ from splitwise_plan.search import WAKE_S, Lockstep
 from splitwise_plan.sim.simulator import cpu_cores, starting_workers
 
 
-def _plan_one(inputs: Inputs, req: PlanRequest, design: str, method: str, memo: Memo | None = None) -> DesignPlan:
+def _plan_one(inputs: Inputs, req: PlanRequest, design: str, method: str, memo: Memo | None = None,
+              say=None) -> DesignPlan:
     """One design's answer under the request's goal (a joblib worker's task)."""
     if req.goal == "max-throughput":
         return plan_budget(inputs, req, design, method)
-    return plan_iso(inputs, req, design, method, memo=memo)
+    return plan_iso(inputs, req, design, method, memo=memo, say=say)
 
 
 def _awaited(get, timed_out: type):
@@ -83,7 +84,7 @@ class _Stops:
 
 
 def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=None, on_design=None,
-                threads: int = 1, memo: Memo | None = None, stops: _Stops | None = None) -> list:
+                threads: int = 1, memo: Memo | None = None, stops: _Stops | None = None, say=None) -> list:
     """Plan designs of one kind (Splitwise or baseline) together: one search thread per design,
     their simulations batched a round at a time (:class:`Lockstep`), so the fluid simulator's
     per-request loop runs once a round for all of them, ``threads`` designs side by side.
@@ -92,7 +93,7 @@ def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=Non
     import queue
 
     sim = inputs.simulator(inputs.stream(req.rps, req.seed), method, search=True, threads=threads)
-    over = OverSeeds(inputs, req, method, sim, memo=memo)
+    over = OverSeeds(inputs, req, method, sim, memo=memo, say=say)
     lockstep = Lockstep(over.run_points)
     over.stopped = lockstep.stopped
     if stops is not None:
@@ -101,7 +102,7 @@ def _plan_group(inputs: Inputs, req: PlanRequest, designs, method: str, pool=Non
 
     def work(name):
         try:
-            done.put(plan_iso(inputs, req, name, method, lockstep, pool, sim, over, memo))
+            done.put(plan_iso(inputs, req, name, method, lockstep, pool, sim, over, memo, say))
         except BaseException as exc:   # reported in the calling thread
             done.put(exc)
         finally:
@@ -153,7 +154,7 @@ def _keeps_optuna_logging(fn):
 
 @_keeps_optuna_logging
 def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, memo: Memo | None = None,
-         **kwargs) -> PlanResult:
+         on_step=None, **kwargs) -> PlanResult:
     """Plan every requested design under the goal; see :class:`PlanRequest` for the options.
 
     ``plan(goal="min-cost", rps=70)`` or ``plan(PlanRequest(...))``. ``on_design(DesignPlan)``,
@@ -163,7 +164,8 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, me
     ``memo`` (a :class:`~splitwise_plan.planning.memo.Memo`) holds the simulations a stopped run of the
     same request ran, and keeps the new ones as they finish: the designs it was planning resume their
     searches where they were (all but those planned in ``--jobs`` worker processes, with another search
-    method than the fluid model).
+    method than the fluid model). ``on_step(text)``, if given, is told in plain words what the plan is
+    doing as it goes ("confirming HH 330+34 (event simulation, stream 2 of 3)"), from any of its threads.
     """
     t0 = time.perf_counter()
     req, done = _request_of(request, on_design, done, kwargs)
@@ -179,10 +181,10 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, me
             on_design(p)
 
     order = _to_plan(req, inputs, done, collect)
-    _run(inputs, req, order, method, collect, memo)
+    _run(inputs, req, order, method, collect, memo, on_step)
     ranked = tuple(sorted((by_name[n] for n in req.designs), key=rank_key(req.goal)))
     winner = ranked[0] if ranked and ranked[0].status == "ok" else None
-    stress = _at_higher_rate(inputs, req, winner) if winner is not None else None
+    stress = _at_higher_rate(inputs, req, winner, on_step) if winner is not None else None
     return PlanResult(req, ranked, winner.design if winner else None, gains(ranked, winner, req.goal),
                       method, time.perf_counter() - t0, inputs=inputs_block(req, inputs, method), stress=stress)
 
@@ -191,13 +193,14 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, me
 STRESS_FACTOR = 1.05
 
 
-def _at_higher_rate(inputs: Inputs, req: PlanRequest, winner: DesignPlan) -> dict | None:
+def _at_higher_rate(inputs: Inputs, req: PlanRequest, winner: DesignPlan, say=None) -> dict | None:
     """The winner's verdict at the rate x :data:`STRESS_FACTOR` with the confirm method, the worst over
     the plan's streams (None for max-throughput, whose winner's rate is its limit already)."""
     if req.goal == "max-throughput":
         return None
     rate = winner.rate * STRESS_FACTOR
-    held, worst, _ = Confirmer(inputs, req, req.confirm_method)(winner.design, (winner.prompt, winner.token), rate)
+    held, worst, _ = Confirmer(inputs, req, req.confirm_method, say=say)(winner.design, (winner.prompt, winner.token),
+                                                                       rate)
     return {"factor": STRESS_FACTOR, "rate_rps": rate, "slo_met": held,
             "headroom": 1.0 - tightest_ratio(worst), "result": worst}
 
@@ -255,7 +258,8 @@ def _to_plan(req: PlanRequest, inputs: Inputs, done: dict, collect) -> list:
                   key=lambda n: _WORK_ORDER.index(n) if n in _WORK_ORDER else 99)
 
 
-def _run(inputs: Inputs, req: PlanRequest, order: list, method: str, collect, memo: Memo | None = None) -> None:
+def _run(inputs: Inputs, req: PlanRequest, order: list, method: str, collect, memo: Memo | None = None,
+         say=None) -> None:
     """Plan the designs of ``order``, each answer to ``collect`` as it comes: fluid searches in lockstep,
     else in parallel processes (``req.jobs``), else one after another."""
     jobs = req.jobs if req.jobs > 0 else cpu_cores()
@@ -264,16 +268,16 @@ def _run(inputs: Inputs, req: PlanRequest, order: list, method: str, collect, me
         stream = inputs.trace if inputs.trace is not None else inputs.workload.generate(10.0, duration_s=10.0, seed=0)
         inputs.simulator(stream, "events").compile_kernels(order, {method, req.confirm_method})
     if method == "fluid" and req.goal != "max-throughput" and req.storage is None:
-        _run_groups(inputs, req, order, method, jobs, collect, memo)
+        _run_groups(inputs, req, order, method, jobs, collect, memo, say)
     elif jobs > 1:
         _run_parallel(inputs, req, order, method, jobs, collect)
     else:
         for n in order:
-            collect(_plan_one(inputs, req, n, method, memo))
+            collect(_plan_one(inputs, req, n, method, memo, say))
 
 
 def _run_groups(inputs: Inputs, req: PlanRequest, order: list, method: str, jobs: int, collect,
-                memo: Memo | None = None) -> None:
+                memo: Memo | None = None, say=None) -> None:
     """Designs of a kind share each fluid round; with two or more cores the baselines plan in
     another thread meanwhile, and the Splitwise confirmations in others. The compiled simulators
     release Python's lock, so threads use the cores as processes would, without starting any."""
@@ -286,9 +290,9 @@ def _run_groups(inputs: Inputs, req: PlanRequest, order: list, method: str, jobs
         stops = _Stops()
         side = ThreadPoolExecutor(1, thread_name_prefix="baselines")
         pool = Pool(ThreadPoolExecutor(jobs, thread_name_prefix="confirm"))
-        other = side.submit(_plan_group, inputs, sub, groups[1], method, None, None, 1, memo, stops)
+        other = side.submit(_plan_group, inputs, sub, groups[1], method, None, None, 1, memo, stops, say)
         try:
-            _plan_group(inputs, sub, groups[0], method, pool, collect, threads=jobs, memo=memo, stops=stops)
+            _plan_group(inputs, sub, groups[0], method, pool, collect, threads=jobs, memo=memo, stops=stops, say=say)
             for p in _awaited(other.result, FutureTimeout):
                 collect(p)
         except BaseException:   # Ctrl-C (a notebook's interrupt too): the baselines' searches stop now
@@ -303,7 +307,7 @@ def _run_groups(inputs: Inputs, req: PlanRequest, order: list, method: str, jobs
         side.shutdown()
     else:
         for g in groups:
-            _plan_group(inputs, sub, g, method, None, collect, threads=jobs, memo=memo)
+            _plan_group(inputs, sub, g, method, None, collect, threads=jobs, memo=memo, say=say)
 
 
 def _run_parallel(inputs: Inputs, req: PlanRequest, order: list, method: str, jobs: int, collect) -> None:

@@ -597,3 +597,16 @@ def test_an_unconfirmed_baseline_names_the_machine_counts_it_rejected():
     h100 = res.get("H100")
     assert h100.status == "unconfirmed"
     assert "the fast model passed and the event simulation failed 24 (101%)" in h100.note   # 24, not 24+0
+
+
+def test_a_plan_says_in_plain_words_what_it_is_doing():
+    """on_step hears each search round and each stream of each confirmation, naming the design and
+    its machine counts: the confirmations of the answer among them."""
+    steps: list = []
+    res = plan(goal="min-cost", rps=20, designs="HH", duration=30, seeds=2, jobs=1, on_step=steps.append)
+    hh = res.get("HH")
+    assert hh.status == "ok"
+    assert any(s.startswith("searching HH (fast model, ") and s.endswith(" simulations)") for s in steps)
+    assert f"confirming HH {hh.prompt}+{hh.token} (event simulation, stream 1 of 2)" in steps
+    assert f"confirming HH {hh.prompt}+{hh.token} (event simulation, stream 2 of 2)" in steps
+    assert any(s.startswith(f"confirming HH {hh.prompt}+{hh.token} at 21 req/s") for s in steps)   # the +5% try
