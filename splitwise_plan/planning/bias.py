@@ -13,6 +13,8 @@ from splitwise_plan.search import passes
 # read as infinite) or a miss of several times (a model the fast model reads far off) still leaves the
 # search candidates to offer
 MAX_STEP = 2.0
+# and leaves the least ratio the search read of that SLO this share of the threshold
+FLOOR_SHARE = 0.99
 
 
 class Bias:
@@ -27,18 +29,36 @@ class Bias:
     def _ratios(self, r) -> dict:
         return {(row["metric"], row["percentile"]): row["ratio"] for row in self.slos.assess(r.slowdown, r.latency_s)}
 
-    def learn(self, searched, confirmed) -> None:
+    def learn(self, searched, confirmed, seen=()) -> None:
         """The search read ``searched`` where confirmation read ``confirmed`` (which failed): each SLO that
-        failed confirmation takes the factor that would have failed it in the search too."""
+        failed confirmation takes the factor that would have failed it in the search too.
+
+        A factor never fails an SLO at the least the search has read it anywhere (``seen``: its results):
+        an SLO that more machines do not lower (a TBT P50 set by the decode step alone) would otherwise
+        fail every design, where the miss came from a regime of few machines the search reads wrong."""
         if searched is None or not searched.tightest:
             return
         fast = self._ratios(searched)
+        floor = self._floors([searched, *seen])
         for slo, ratio in self._ratios(confirmed).items():
             f = fast.get(slo, math.nan)
             if not ratio >= self.threshold or not 0.0 < f < math.inf:   # (NaN: read as a miss)
                 continue
             step = min(ratio / f, MAX_STEP) if ratio < math.inf else MAX_STEP
-            self.factor[slo] = max(self.factor.get(slo, 1.0), step)
+            step = min(step, FLOOR_SHARE * self.threshold / floor.get(slo, f))
+            if step > 1.0:
+                self.factor[slo] = max(self.factor.get(slo, 1.0), step)
+
+    def _floors(self, results) -> dict:
+        """Per SLO, the least ratio among ``results`` that finished every request."""
+        floor: dict = {}
+        for r in results:
+            if r is None or not r.tightest or r.completed < r.requests:
+                continue
+            for slo, ratio in self._ratios(r).items():
+                if 0.0 < ratio < floor.get(slo, math.inf):
+                    floor[slo] = ratio
+        return floor
 
     def passes(self, r) -> bool:
         """Does a search result pass, every SLO read with its factor?"""

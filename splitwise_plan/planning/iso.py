@@ -153,7 +153,7 @@ class _IsoSearch:
         point = point_text(self.d, best)
         self.rejected.append((point, tightest_ratio(worst)))
         if not self.d.is_baseline:   # (one pool: the next candidate is a machine more, dearer already)
-            self.bias.learn(self.ev.cache.get(best), worst)
+            self.bias.learn(self.ev.cache.get(best), worst, self.ev.cache.values())
             self.ev.verdict = self.bias.passes
 
     def climb(self) -> DesignPlan:
