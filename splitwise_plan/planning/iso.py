@@ -159,11 +159,18 @@ class _IsoSearch:
     def climb(self) -> DesignPlan:
         """The search has no candidate left that confirmation may hold (or ``max_confirm`` were rejected):
         the confirm simulator searches the grid itself, from what it has failed so far, so that a design a
-        larger cluster satisfies is answered, and one that none within the grid does says so."""
+        larger cluster satisfies is answered, and one that none within the grid does says so. A point the
+        search failed by far (its results optimistic where they miss) is taken as failing without another
+        simulation; the answer is then walked down as a confirmed candidate is (:meth:`held`)."""
         d, req = self.d, self.req
-        rate, n_rejected = req.rps, len(self.excluded)
-        ev = Evaluator(run=lambda pts: [self.confirm(d.name, pt, rate)[1] for pt in pts],
-                       threshold=1.0 - req.margin)
+        rate, n_rejected, runs_before = req.rps, len(self.excluded), self.confirm.runs
+
+        def run(points) -> list:
+            searched = [self.ev.cache.get(pt) for pt in points]
+            return [r if r is not None and not self.ev.ok(r) and not _near_miss(r)
+                    else self.confirm(d.name, pt, rate)[1] for pt, r in zip(points, searched)]
+
+        ev = Evaluator(run=run, threshold=1.0 - req.margin)
         ev.cache.update(self.failed)
         sr = search(ev, self.space, "frontier", exclude=self.excluded, batch=max(2, cpu_cores()))
         rejected = self._rejected_text()
@@ -173,18 +180,18 @@ class _IsoSearch:
                 (f"all {n_rejected} candidates {rejected}; the event simulation holds no design within "
                  f"{self.p_max} machines")
             return self._answer("unconfirmed", note=note + _too_big(self.sim, d))
-        worst = sr.result
-        note = (f"{rejected}; after {plural(n_rejected, 'candidate')} failed, "
-                f"{method_text(req.confirm_method)} searched the grid itself ({ev.evaluations} points)")
-        return self._answer("ok", prompt=sr.best[0], token=sr.best[1], cost=worst.cost, power=worst.power,
-                            result=worst, note=note)
+        self.excluded += [pt for pt, r in ev.cache.items() if r.method == req.confirm_method and not ev.ok(r)]
+        climbed = (f"after {plural(n_rejected, 'candidate')} failed, {method_text(req.confirm_method)} searched "
+                   f"the grid itself ({self.confirm.runs - runs_before:,} simulations)")
+        return self.held(sr.best, sr.result, climbed)
 
-    def held(self, best, worst) -> DesignPlan:
+    def held(self, best, worst, how: str = "") -> DesignPlan:
         """The confirm simulator holds ``best``: the answer, once walked down to the confirm simulator's
-        own optimum (when it is another simulator than the search's)."""
+        own optimum (when it is another simulator than the search's); ``how``: how it was found, if
+        not by the search."""
         d, req = self.d, self.req
         p, t = best
-        note = self._rejected_text()
+        note = "; ".join(filter(None, (self._rejected_text(), how)))
         search, confirm = method_text(self.method), method_text(req.confirm_method)
         if d.is_baseline and req.confirm_method != self.method:
             refined, worst = self._refine_baseline(p, worst)
