@@ -165,6 +165,8 @@ def check_cmd(
 
     A rate above what the cluster can carry at most (the analytic bound) fails at once, unsimulated.
 
+    The first run after install compiles the simulator (about 15 s, said on stderr): a CI job keeps it between runs in NUMBA_CACHE_DIR (docs/ci.md).
+
     e.g. `splitwise-plan check examples/cluster.toml --rps 60 --headroom 0.2` (or --rps 50,60,70: a verdict per rate).
     """
     rates = parse_rates(rps)

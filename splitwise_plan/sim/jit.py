@@ -71,7 +71,70 @@ def njit(fn):
     """Compile ``fn`` (cached where possible); plain Python where numba is missing or disabled."""
     if numba is None:
         return fn
+    share_inline_copies()
     return numba.njit(cache=CACHED, nogil=True)(fn)
+
+
+def step(fn):
+    """A kernel's step: compiled on its own (once: one caller, argument types that do not vary), then inlined
+    by LLVM into the compiled kernel that calls it (``forceinline``), so that a call costs nothing, not the
+    moving of its arrays in and out. It has no entry from Python (no wrappers to compile): a kernel calls it.
+    Plain Python where numba is missing or disabled."""
+    if numba is None:
+        return fn
+    share_inline_copies()
+    return numba.njit(cache=CACHED, nogil=True, forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)(fn)
+
+
+def share_inline_copies() -> None:
+    """Make numba's inlining of ``inline="always"`` helpers copy a helper's IR in linear time, not quadratic.
+
+    numba inlines a helper by deep-copying its IR (twice) one block at a time, each block with a memo of its
+    own, so each copies the helper's whole scope again (every variable of it and of the helpers inlined in
+    it): the time grows with blocks x variables, and made up half of the fluid model's compile. Within one
+    inlining, this copies the blocks of one scope with one memo, as a deep copy of the whole IR at once
+    would: the same IR (the same compiled code), several times faster. Applied once; nothing where numba's
+    inliner is not as expected (another numba version): its own copying then, slower, the same code."""
+    import copy
+
+    from numba.core import inline_closurecall
+    worker = getattr(inline_closurecall, "InlineWorker", None)
+    if getattr(inline_closurecall, "copy", None) is not copy or not hasattr(worker, "inline_ir"):
+        return
+    if getattr(worker.inline_ir, "shares_copies", False):
+        return
+    shared = _OneMemoPerScope()
+    inline_closurecall.copy = shared
+    inline_ir = worker.inline_ir
+
+    def inline_ir_sharing(self, *args, **kwargs):
+        shared.memos.append({})   # (one inlining's: its two copies are of two different scopes)
+        try:
+            return inline_ir(self, *args, **kwargs)
+        finally:
+            shared.memos.pop()
+    inline_ir_sharing.shares_copies = True
+    worker.inline_ir = inline_ir_sharing
+
+
+class _OneMemoPerScope:
+    """The ``copy`` module as numba's inliner sees it: during an inlining (``memos`` not empty), a block is
+    deep-copied with the memo of its scope, shared by the other blocks of that scope; else as ``copy`` does."""
+
+    def __init__(self):
+        self.memos: list[dict] = []   # a stack: {id(scope): memo} per inlining under way
+
+    def deepcopy(self, x, memo=None):
+        import copy
+
+        from numba.core import ir
+        if memo is None and self.memos and isinstance(x, ir.Block):
+            memo = self.memos[-1].setdefault(id(x.scope), {})
+        return copy.deepcopy(x, memo)
+
+    def __getattr__(self, name):   # copy.copy and the rest
+        import copy
+        return getattr(copy, name)
 
 
 def compiled(kernel) -> bool:
@@ -89,7 +152,7 @@ def before_first_call(kernel, what: str) -> None:
         return   # (a worker process says nothing: the run's own process speaks for it)
     if in_cache(kernel):
         return
-    say_once(f"compiling {what} (first run after install only; up to half a minute)")
+    say_once(f"compiling {what} (first run after install only; 10-20 s)")
 
 
 def in_cache(kernel) -> bool:

@@ -20,6 +20,7 @@ def inline(fn):
     once per caller's argument types: compiling takes less time, running the same."""
     if jit.numba is None:
         return fn
+    jit.share_inline_copies()
     return jit.numba.njit(inline="always", cache=jit.CACHED)(fn)
 
 
