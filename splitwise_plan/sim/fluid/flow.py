@@ -98,8 +98,9 @@ def _requests(cluster: Cluster, stream, order) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _machines(cluster: Cluster) -> tuple:
-    """Per machine: floats, ints, KV room; the pools; the latency curves and their sizes (see _curves)."""
-    pools = [(cluster.prompt, 0, k.NO_HOME if cluster.is_baseline else k.PROMPT_POOL)]
+    """Per machine: floats, ints, KV room; the pools (empty: :func:`.kernels.seat_all` fills them); the latency
+    curves and their sizes (see _curves)."""
+    pools = [(cluster.prompt, 0, k.PROMPT_POOL)]   # (a baseline's machines are all its prompt pool)
     if cluster.token is not None:
         pools.append((cluster.token, 1, k.TOKEN_POOL))
     curve = np.concatenate([np.full(p.instances, kind) for p, kind, _ in pools])
@@ -109,14 +110,10 @@ def _machines(cluster: Cluster) -> tuple:
     mf = np.zeros((curve.size, 10))
     mf[:, k.MAX_MEM] = hbm
     mf[:, k.MEM] = mf[:, k.SCHED_MEM] = weights
-    mi = np.zeros((curve.size, 14), np.int64)
+    mi = np.zeros((curve.size, k.RANK + 1), np.int64)
     mi[:, k.CURVE], mi[:, k.HOME] = curve, home
     mi[:, k.B_FIRST] = -1
-    table = np.full((3, curve.size), -1, np.int64)
-    for pool in (k.PROMPT_POOL, k.TOKEN_POOL):
-        ids = np.flatnonzero(home == pool)
-        table[pool, :ids.size] = ids
-    return mf, mi, hbm - weights, table, _curves(cluster)
+    return mf, mi, hbm - weights, np.full((3, curve.size), -1, np.int64), _curves(cluster)
 
 
 def _curves(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
@@ -159,6 +156,7 @@ class State(NamedTuple):
     dec_r: np.ndarray       # [machine, slot]: and their requests
     wait: np.ndarray        # [machine, slot]: decodes waiting for memory (request ids), a ring
     pools: np.ndarray       # [pool, k]: the machines of the prompt, mixed and token pools, in order
+    tour: np.ndarray        # [2 * pool + by memory, node]: each pool's tournaments of its machines by load
     heap_f: np.ndarray      # [slot]: event times
     heap_i: np.ndarray      # [slot, (insertion counter, kind, a, b)]
     clock: np.ndarray       # [NOW | PROGRESS_AT]
@@ -181,13 +179,13 @@ def _run(cluster: Cluster, stream, order, overload_s: float, slos) -> tuple:
     config = Config(int(cfg.max_batch_tokens), int(cfg.max_batch_size), int(cfg.prompt_max_pending_tokens),
                     bool(cfg.mixed_pool), bool(cluster.is_baseline), float(cluster.kv_room), float(room.min()),
                     float(overload_s), float(cfg.flow_retry_s))
-    counters = np.zeros(k.POOL_SIZE + 3, np.int64)
-    counters[k.POOL_SIZE + k.PROMPT_POOL] = np.count_nonzero(pools[k.PROMPT_POOL] >= 0)
-    counters[k.POOL_SIZE + k.TOKEN_POOL] = np.count_nonzero(pools[k.TOKEN_POOL] >= 0)
+    counters = np.zeros(k.N_COUNTERS, np.int64)
+    tour = np.full((6, 2 << (m - 1).bit_length()), -1, np.int64)   # (its second half: a leaf a machine)
+    k.seat_all(pools, counters, tour, mf, mi)
     table, limit, ref = (x.copy() for x in slos)
     heap = 2 * n + 4 * m + 1024
     state = State(req_f, req_i, mf, mi, room, np.zeros((m, _RING), np.int64), np.zeros((m, _DECODES)),
-                  np.zeros((m, _DECODES), np.int64), np.zeros((m, _DECODES), np.int64), pools, np.zeros(heap),
+                  np.zeros((m, _DECODES), np.int64), np.zeros((m, _DECODES), np.int64), pools, tour, np.zeros(heap),
                   np.zeros((heap, 4), np.int64), np.zeros(2), counters, *curves,
                   table, limit, ref, config)
     while k.run_fluid(*state) == k.GROW:

@@ -18,6 +18,8 @@ so that a request costs a few steps rather than an event per iteration:
 
 The run is a loop over arrivals and five kinds of event (a prompt batch starts or ends, a KV cache moves,
 a decode joins its machine, a machine's first decode ends), in time order; arrivals first at equal times.
+An arrival costs the logarithm of the machines, not their number: each pool keeps its machines in
+tournaments by load (routing reads the winners), and the loop a bound of the longest queue.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import math
 
 from splitwise_plan.perf.latency_model import MIXED_BATCH_FACTOR
-from splitwise_plan.sim.jit import njit, unowned
+from splitwise_plan.sim.jit import njit, step, unowned
 from splitwise_plan.sim.kernel_tools import curve_at, inline, pool_append, pool_remove, pop, push
 
 # columns of req_f and req_i (requests in arrival order)
@@ -36,17 +38,20 @@ PROMPT, OUTPUT, SRC, DST, NEXT_IN_BATCH = range(5)
 # next one is planned to start), ...
 MAX_MEM, MEM, SCHED_MEM, V, V_AT, BUSY, B_START, B_END, B_RIDE, PLAN_AT = range(10)
 # ... its role and home pool, JSQ load, its queue of prompts (a ring of request ids), decodes running and
-# waiting for memory, the running batch (its tokens and first request; none: -1), and plan versions
+# waiting for memory, the running batch (its tokens and first request; none: -1), plan versions, and its
+# place in its pool's order (greater: later)
 (CURVE, HOME, MIXED, SCHED_PENDING, Q_HEAD, Q_LEN, N_DEC, VERSION, WAIT_HEAD, WAIT_LEN, WORKED, B_TOK, B_FIRST,
- PLAN_VERSION) = range(14)
-# pools (rows of ``pools``)
+ PLAN_VERSION, RANK) = range(15)
+# pools (rows of ``pools``; a baseline's machines are all its prompt pool)
 PROMPT_POOL, MIXED_POOL, TOKEN_POOL = range(3)
-NO_HOME = -1
 # event kinds
 BATCH_START, BATCH_END, FLOW, JOIN, DECODE_END = range(5)
 # counters (the event heap's two first, as kernel_tools reads them)
 (COUNTER, HEAP_LEN, NEXT_ARRIVAL, N_BATCHES, EVENTS, OVERLOADED, FAILED, OOM, RETRIES, DEADLOCKED,
  POOL_SIZE) = range(11)
+# ... after the three pools' sizes: at least the longest prompt queue, and the next place at a pool's end
+LONGEST_QUEUE, NEXT_RANK = POOL_SIZE + 3, POOL_SIZE + 4
+N_COUNTERS = POOL_SIZE + 5
 NOW, PROGRESS_AT = range(2)
 # columns of slos
 SLO_METRIC, HAS_REF, NEED, BROKEN = range(4)
@@ -173,22 +178,96 @@ def has_queue(mf, mi, i):
 # -- pools and routing (the reference's, as sim/events runs them) -----------------------------------------------
 
 
+# Each pool keeps two tournaments of its machines, rows ``2 * pool`` (by sched_pending) and ``2 * pool + 1``
+# (by sched_memory) of ``tour``: a binary tree whose leaf ``half + i`` is machine ``i`` if it is in the pool
+# (else -1) and whose every other node is the winner of its two children, the lighter machine (the one earlier
+# in the pool on a tie). Node 1 is the pool's machine of least load, and a machine whose load or pool changes
+# replays only its own matches: routing costs the log of the machines, not their number.
+
+
 @inline
-def lend_to_mixed(pools, counters, mi, pool, i):
+def lighter(mf, mi, a, b, by_memory):
+    """Whether machine ``a`` goes before machine ``b`` of the same pool (-1: none): less sched_pending (or
+    sched_memory), or as much and earlier in the pool."""
+    if a < 0 or b < 0:
+        return a >= 0 > b
+    ka = mf[a, SCHED_MEM] if by_memory else float(mi[a, SCHED_PENDING])
+    kb = mf[b, SCHED_MEM] if by_memory else float(mi[b, SCHED_PENDING])
+    return ka < kb or (ka == kb and mi[a, RANK] < mi[b, RANK])
+
+
+@inline
+def replay(tour, mf, mi, row, i):
+    """Replay machine ``i``'s matches in tournament ``row``, from its leaf to the final."""
+    by_memory = row % 2 == 1
+    node = (tour.shape[1] // 2 + i) // 2
+    while node:
+        a, b = tour[row, 2 * node], tour[row, 2 * node + 1]
+        tour[row, node] = b if lighter(mf, mi, b, a, by_memory) else a
+        node //= 2
+
+
+@step
+def reweigh(tour, mf, mi, i, by_memory):
+    """Machine ``i``'s sched_pending (or sched_memory) changed: its pool's tournament learns it."""
+    pool = MIXED_POOL if mi[i, MIXED] else mi[i, HOME]
+    replay(tour, mf, mi, 2 * pool + by_memory, i)
+
+
+@step
+def seat(pools, counters, tour, mf, mi, pool, i):
+    """Machine ``i`` joins ``pool``, at its end."""
+    pool_append(pools, counters, POOL_SIZE, pool, i)
+    mi[i, RANK] = counters[NEXT_RANK]
+    counters[NEXT_RANK] += 1
+    for row in (2 * pool, 2 * pool + 1):
+        tour[row, tour.shape[1] // 2 + i] = i
+        replay(tour, mf, mi, row, i)
+
+
+@step
+def unseat(pools, counters, tour, mf, mi, pool, i):
+    """Machine ``i`` leaves ``pool``."""
     pool_remove(pools, counters, POOL_SIZE, pool, i)
-    pool_append(pools, counters, POOL_SIZE, MIXED_POOL, i)
+    for row in (2 * pool, 2 * pool + 1):
+        tour[row, tour.shape[1] // 2 + i] = -1
+        replay(tour, mf, mi, row, i)
+
+
+@njit
+def seat_all(pools, counters, tour, mf, mi):
+    """Every machine joins its home pool, in the order of the machines (a run's start)."""
+    for i in range(mi.shape[0]):
+        seat(pools, counters, tour, mf, mi, mi[i, HOME], i)
+
+
+@inline
+def lend_to_mixed(pools, counters, tour, mf, mi, pool, i):
+    unseat(pools, counters, tour, mf, mi, pool, i)
+    seat(pools, counters, tour, mf, mi, MIXED_POOL, i)
     mi[i, MIXED] = 1
     mi[i, WORKED] = 0
 
 
 @inline
-def least(pools, counters, mf, mi, room, pool, by_memory, need, fits):
+def least(pools, counters, tour, mf, mi, room, pool, by_memory, need, fits):
     """The first machine of ``pool`` with the least sched_pending (or sched_memory), -1 if none; only
-    among those whose KV room holds ``need`` bytes if ``fits``."""
+    among those whose KV room holds ``need`` bytes if ``fits``: its tournament's winner, unless that one's
+    room is too small (rare: then every machine of the pool is looked at)."""
+    best = tour[2 * pool + by_memory, 1]
+    if best < 0 or not fits or room[best] >= need:
+        return best
+    return least_that_fits(pools, counters, mf, mi, room, pool, by_memory, need)
+
+
+@step
+def least_that_fits(pools, counters, mf, mi, room, pool, by_memory, need):
+    """The first machine of ``pool`` with the least sched_pending (or sched_memory) among those whose KV room
+    holds ``need`` bytes, -1 if none."""
     best, best_key = -1, 0.0
     for k in range(counters[POOL_SIZE + pool]):
         i = pools[pool, k]
-        if fits and room[i] < need:
+        if room[i] < need:
             continue
         v = mf[i, SCHED_MEM] if by_memory else float(mi[i, SCHED_PENDING])
         if best < 0 or v < best_key:
@@ -196,11 +275,11 @@ def least(pools, counters, mf, mi, room, pool, by_memory, need, fits):
     return best
 
 
-@njit
-def least_of_every(pools, counters, mf, mi, room, need, fits):
+@step
+def least_of_every(pools, counters, tour, mf, mi, room, need, fits):
     best, best_key = -1, 0.0
     for pool in (PROMPT_POOL, MIXED_POOL, TOKEN_POOL):
-        i = least(pools, counters, mf, mi, room, pool, False, need, fits)
+        i = least(pools, counters, tour, mf, mi, room, pool, False, need, fits)
         if i >= 0:
             v = float(mi[i, SCHED_PENDING])
             if best < 0 or v < best_key:
@@ -209,14 +288,14 @@ def least_of_every(pools, counters, mf, mi, room, need, fits):
 
 
 @inline
-def route(req_i, mf, mi, room, pools, counters, cfg, rid, mem_p, mem_t):
+def route(req_i, mf, mi, room, pools, counters, tour, cfg, rid, mem_p, mem_t):
     """A Splitwise request's prompt machine and token machine, borrowing across pools if need be."""
     fits = mem_p + mem_t > cfg.smallest_kv
     alone = req_i[rid, OUTPUT] <= 1
     prompt = req_i[rid, PROMPT]
     p = -1
     for pool in (PROMPT_POOL, MIXED_POOL):
-        cand = least(pools, counters, mf, mi, room, pool, False, mem_p, fits)
+        cand = least(pools, counters, tour, mf, mi, room, pool, False, mem_p, fits)
         if cand >= 0 and not (mi[cand, SCHED_PENDING] + prompt > cfg.prompt_max_pending_tokens
                               and has_queue(mf, mi, cand)):
             p = cand
@@ -224,40 +303,40 @@ def route(req_i, mf, mi, room, pools, counters, cfg, rid, mem_p, mem_t):
     t = -1
     if not alone:
         for pool in (TOKEN_POOL, MIXED_POOL):
-            cand = least(pools, counters, mf, mi, room, pool, True, mem_p + mem_t, fits)
+            cand = least(pools, counters, tour, mf, mi, room, pool, True, mem_p + mem_t, fits)
             if cand >= 0 and mf[cand, SCHED_MEM] + mem_p + mem_t < mf[cand, MAX_MEM]:
                 t = cand
                 break
     if cfg.mixed_pool:
         if p < 0 and counters[POOL_SIZE + TOKEN_POOL]:
-            p = least(pools, counters, mf, mi, room, TOKEN_POOL, False, mem_p, fits)
+            p = least(pools, counters, tour, mf, mi, room, TOKEN_POOL, False, mem_p, fits)
             if p >= 0:
-                lend_to_mixed(pools, counters, mi, TOKEN_POOL, p)
+                lend_to_mixed(pools, counters, tour, mf, mi, TOKEN_POOL, p)
         if t < 0 and counters[POOL_SIZE + PROMPT_POOL] and not alone:
-            t = least(pools, counters, mf, mi, room, PROMPT_POOL, True, mem_p + mem_t, fits)
+            t = least(pools, counters, tour, mf, mi, room, PROMPT_POOL, True, mem_p + mem_t, fits)
             if t >= 0:
-                lend_to_mixed(pools, counters, mi, PROMPT_POOL, t)
+                lend_to_mixed(pools, counters, tour, mf, mi, PROMPT_POOL, t)
     if alone and p >= 0:
         t = p
     if p < 0 or t < 0:
         if cfg.mixed_pool:
             need = mem_p + mem_t
             for _ in range(2):
-                p = least_of_every(pools, counters, mf, mi, room, need, fits)
+                p = least_of_every(pools, counters, tour, mf, mi, room, need, fits)
                 if p >= 0:
                     break
                 need, fits = 0.0, False
             t = p
         else:
             if p < 0:
-                p = least(pools, counters, mf, mi, room, PROMPT_POOL, False, 0.0, False)
+                p = least(pools, counters, tour, mf, mi, room, PROMPT_POOL, False, 0.0, False)
             if t < 0:
-                t = least(pools, counters, mf, mi, room, TOKEN_POOL, True, 0.0, False)
+                t = least(pools, counters, tour, mf, mi, room, TOKEN_POOL, True, 0.0, False)
     return p, t
 
 
-@njit
-def send_home(mf, mi, pools, counters):
+@step
+def send_home(mf, mi, pools, counters, tour):
     """Machines lent to the mixed pool go home once work has been done there and nothing is left."""
     k = 0
     while k < counters[POOL_SIZE + MIXED_POOL]:
@@ -265,8 +344,8 @@ def send_home(mf, mi, pools, counters):
         if (mi[i, WORKED] and mi[i, N_DEC] == 0 and mi[i, WAIT_LEN] == 0 and mi[i, Q_LEN] == 0
                 and mi[i, B_FIRST] < 0 and mi[i, PLAN_VERSION] <= 0):
             mi[i, MIXED] = 0
-            pool_remove(pools, counters, POOL_SIZE, MIXED_POOL, i)
-            pool_append(pools, counters, POOL_SIZE, mi[i, HOME], i)
+            unseat(pools, counters, tour, mf, mi, MIXED_POOL, i)
+            seat(pools, counters, tour, mf, mi, mi[i, HOME], i)
         else:
             k += 1
 
@@ -330,7 +409,7 @@ def wake(mf, mi, dec_v, heap_f, heap_i, counters, curves, curve_n, cfg, i, now):
         plan_batch(mf, mi, dec_v, heap_f, heap_i, counters, curves, curve_n, cfg, i, True, now)
 
 
-@njit
+@step
 def batch_start(req_f, req_i, mf, mi, ring, dec_v, heap_f, heap_i, counters, curves, curve_n, slos, slo_limit,
                 slo_ref, cfg, i, now):
     """Machine ``i`` starts its next prompt batch: its queue's prompts FCFS while they fit in
@@ -386,12 +465,13 @@ def batch_start(req_f, req_i, mf, mi, ring, dec_v, heap_f, heap_i, counters, cur
 
 
 @inline
-def batch_end(req_f, req_i, mf, mi, ring, dec_v, heap_f, heap_i, counters, curves, curve_n, slos, slo_limit, slo_ref,
-              cfg, i, now):
+def batch_end(req_f, req_i, mf, mi, ring, dec_v, tour, heap_f, heap_i, counters, curves, curve_n, slos, slo_limit,
+              slo_ref, cfg, i, now):
     """Machine ``i``'s prompt batch ends: its prompts are no longer pending, their KV caches move (or their
     decodes start here), and the queue's next prompts start at once."""
     advance(mf, mi, curves, curve_n, i, now)
     mi[i, SCHED_PENDING] -= mi[i, B_TOK]
+    reweigh(tour, mf, mi, i, 0)
     rid = mi[i, B_FIRST]
     mi[i, B_FIRST] = -1
     while rid >= 0:
@@ -408,12 +488,12 @@ def batch_end(req_f, req_i, mf, mi, ring, dec_v, heap_f, heap_i, counters, curve
 # -- a request arrives: route it, queue its prompt -------------------------------------------------------------
 
 
-@njit
-def arrive(req_f, req_i, mf, mi, room, ring, dec_v, pools, heap_f, heap_i, counters, curves, curve_n,
+@step
+def arrive(req_f, req_i, mf, mi, room, ring, dec_v, pools, tour, heap_f, heap_i, counters, curves, curve_n,
            slos, slo_limit, slo_ref, cfg, rid, now):
     """Request ``rid`` arrives: route its prompt and decode, book them, queue its prompt."""
     if counters[POOL_SIZE + MIXED_POOL]:
-        send_home(mf, mi, pools, counters)
+        send_home(mf, mi, pools, counters, tour)
     mem_p, mem_t = req_f[rid, MEM_P], req_f[rid, MEM_T]
     if mem_p + mem_t > cfg.largest_kv:      # no machine ever holds it: never admitted
         counters[OOM] = 1
@@ -422,13 +502,9 @@ def arrive(req_f, req_i, mf, mi, room, ring, dec_v, pools, heap_f, heap_i, count
         return
     alone = req_i[rid, OUTPUT] <= 1
     if cfg.baseline:
-        p = 0
-        for i in range(1, mi.shape[0]):
-            if mi[i, SCHED_PENDING] < mi[p, SCHED_PENDING]:
-                p = i
-        d = p
+        p = d = least(pools, counters, tour, mf, mi, room, PROMPT_POOL, False, 0.0, False)
     else:
-        p, d = route(req_i, mf, mi, room, pools, counters, cfg, rid, mem_p, mem_t)
+        p, d = route(req_i, mf, mi, room, pools, counters, tour, cfg, rid, mem_p, mem_t)
     if mi[p, Q_LEN] and now - req_f[ring[p, mi[p, Q_HEAD]], ARRIVAL] > cfg.overload_s:
         counters[OVERLOADED] = 1
         return
@@ -442,10 +518,15 @@ def arrive(req_f, req_i, mf, mi, room, ring, dec_v, pools, heap_f, heap_i, count
             mf[d, SCHED_MEM] += mem_p + mem_t
         else:
             mf[p, SCHED_MEM] += mem_p + mem_t
+        reweigh(tour, mf, mi, p, 1)
+        reweigh(tour, mf, mi, d, 0)
+        reweigh(tour, mf, mi, d, 1)
+    reweigh(tour, mf, mi, p, 0)
     req_i[rid, SRC] = p
     req_i[rid, DST] = d
     ring[p, (mi[p, Q_HEAD] + mi[p, Q_LEN]) % ring.shape[1]] = rid
     mi[p, Q_LEN] += 1
+    counters[LONGEST_QUEUE] = max(counters[LONGEST_QUEUE], mi[p, Q_LEN])
     mi[p, WORKED] = 1
     pauses = req_i[rid, PROMPT] <= cfg.max_batch_tokens or (d == p and not alone)
     plan_batch(mf, mi, dec_v, heap_f, heap_i, counters, curves, curve_n, cfg, p, pauses, now)
@@ -492,7 +573,7 @@ def flow(req_f, req_i, mf, heap_f, heap_i, clock, counters, cfg, rid, now):
 
 
 @inline
-def join(req_f, req_i, mf, mi, dec_v, dec_r, wait, heap_f, heap_i, counters, curves, curve_n,
+def join(req_f, req_i, mf, mi, dec_v, dec_r, wait, tour, heap_f, heap_i, counters, curves, curve_n,
          slos, slo_limit, slo_ref, cfg, rid, now):
     """The prompt of ``rid`` is done and its KV cache moved: it ends (one output token) or its decode
     starts, or waits at its machine for memory."""
@@ -502,11 +583,13 @@ def join(req_f, req_i, mf, mi, dec_v, dec_r, wait, heap_f, heap_i, counters, cur
         finish(req_f, req_i, slos, slo_limit, slo_ref, counters, now, rid)
         mf[p, MEM] -= mem_p
         mf[p, SCHED_MEM] -= mem_p
+        reweigh(tour, mf, mi, p, 1)
         wake(mf, mi, dec_v, heap_f, heap_i, counters, curves, curve_n, cfg, p, now)
         return
     if p != d:                              # the transfer is done: the prompt machine frees the KV cache
         mf[p, MEM] -= mem_p
         mf[p, SCHED_MEM] -= mem_p
+        reweigh(tour, mf, mi, p, 1)
         wake(mf, mi, dec_v, heap_f, heap_i, counters, curves, curve_n, cfg, p, now)
     mi[d, WORKED] = 1
     need = req_f[rid, MEM_T]
@@ -517,8 +600,8 @@ def join(req_f, req_i, mf, mi, dec_v, dec_r, wait, heap_f, heap_i, counters, cur
     start_decode(req_i, mf, mi, dec_v, dec_r, heap_f, heap_i, counters, curves, curve_n, d, rid, need, now)
 
 
-@njit
-def decode_end(req_f, req_i, mf, mi, dec_v, dec_r, wait, heap_f, heap_i, counters, curves, curve_n,
+@step
+def decode_end(req_f, req_i, mf, mi, dec_v, dec_r, wait, tour, heap_f, heap_i, counters, curves, curve_n,
                slos, slo_limit, slo_ref, cfg, i, version, now):
     """Machine ``i``'s first decodes end (unless the plan is stale): they free their memory, and decodes
     waiting for it start."""
@@ -533,6 +616,8 @@ def decode_end(req_f, req_i, mf, mi, dec_v, dec_r, wait, heap_f, heap_i, counter
         mf[i, MEM] -= amount
         mf[i, SCHED_MEM] -= amount
         mi[i, SCHED_PENDING] -= 1
+    reweigh(tour, mf, mi, i, 0)
+    reweigh(tour, mf, mi, i, 1)
     cap = wait.shape[1]
     while mi[i, WAIT_LEN]:
         rid = wait[i, mi[i, WAIT_HEAD]]
@@ -555,23 +640,31 @@ def needs_room(req_i, mi, ring, dec_v, wait, heap_f, heap_i, counters, cfg, arri
     if heap_f.size - counters[HEAP_LEN] < cfg.max_batch_size + 16:
         return True
     if arrival_next:
-        for i in range(mi.shape[0]):
-            if mi[i, Q_LEN] >= ring.shape[1] - 1:
-                return True
-        return False
+        if counters[LONGEST_QUEUE] >= ring.shape[1] - 1:   # (a bound: made exact once it reaches the limit)
+            counters[LONGEST_QUEUE] = longest_queue(mi)
+        return counters[LONGEST_QUEUE] >= ring.shape[1] - 1
     if heap_i[0, 1] != JOIN:
         return False
     d = req_i[heap_i[0, 2], DST]
     return mi[d, N_DEC] + mi[d, WAIT_LEN] >= min(dec_v.shape[1], wait.shape[1]) - 1
 
 
+@inline
+def longest_queue(mi):
+    """The most prompts queued on one machine."""
+    longest = 0
+    for i in range(mi.shape[0]):
+        longest = max(longest, mi[i, Q_LEN])
+    return longest
+
+
 @njit
-def run_fluid(req_f, req_i, mf, mi, room, ring, dec_v, dec_r, wait, pools, heap_f, heap_i, clock, counters, curves,
-              curve_n, slos, slo_limit, slo_ref, cfg):
+def run_fluid(req_f, req_i, mf, mi, room, ring, dec_v, dec_r, wait, pools, tour, heap_f, heap_i, clock, counters,
+              curves, curve_n, slos, slo_limit, slo_ref, cfg):
     """Arrivals and events in time order until the run ends (END) or a list needs more room (GROW)."""
     # the steps take views whose references are not counted (see jit.unowned): this call's caller holds the arrays
     req_f, req_i, mf, mi, room, ring = unowned(req_f), unowned(req_i), unowned(mf), unowned(mi), unowned(room), unowned(ring)
-    dec_v, dec_r, wait, pools = unowned(dec_v), unowned(dec_r), unowned(wait), unowned(pools)
+    dec_v, dec_r, wait, pools, tour = unowned(dec_v), unowned(dec_r), unowned(wait), unowned(pools), unowned(tour)
     heap_f, heap_i, clock, counters = unowned(heap_f), unowned(heap_i), unowned(clock), unowned(counters)
     curves, curve_n, slos, slo_limit, slo_ref = unowned(curves), unowned(curve_n), unowned(slos), unowned(slo_limit), unowned(slo_ref)
     n = req_i.shape[0]
@@ -587,7 +680,7 @@ def run_fluid(req_f, req_i, mf, mi, room, ring, dec_v, dec_r, wait, pools, heap_
         if arrival_next:
             counters[NEXT_ARRIVAL] = k + 1
             clock[NOW] = clock[PROGRESS_AT] = ta
-            arrive(req_f, req_i, mf, mi, room, ring, dec_v, pools, heap_f, heap_i, counters, curves, curve_n,
+            arrive(req_f, req_i, mf, mi, room, ring, dec_v, pools, tour, heap_f, heap_i, counters, curves, curve_n,
                    slos, slo_limit, slo_ref, cfg, k, ta)
             continue
         t, kind, a, b = heap_f[0], heap_i[0, 1], heap_i[0, 2], heap_i[0, 3]
@@ -600,16 +693,16 @@ def run_fluid(req_f, req_i, mf, mi, room, ring, dec_v, dec_r, wait, pools, heap_
                 batch_start(req_f, req_i, mf, mi, ring, dec_v, heap_f, heap_i, counters, curves, curve_n, slos,
                             slo_limit, slo_ref, cfg, a, t)
         elif kind == BATCH_END:
-            batch_end(req_f, req_i, mf, mi, ring, dec_v, heap_f, heap_i, counters, curves, curve_n, slos, slo_limit,
-                      slo_ref, cfg, a, t)
+            batch_end(req_f, req_i, mf, mi, ring, dec_v, tour, heap_f, heap_i, counters, curves, curve_n, slos,
+                      slo_limit, slo_ref, cfg, a, t)
         elif kind == FLOW:
             counters[RETRIES] -= b
             flow(req_f, req_i, mf, heap_f, heap_i, clock, counters, cfg, a, t)
         elif kind == JOIN:
-            join(req_f, req_i, mf, mi, dec_v, dec_r, wait, heap_f, heap_i, counters, curves, curve_n,
+            join(req_f, req_i, mf, mi, dec_v, dec_r, wait, tour, heap_f, heap_i, counters, curves, curve_n,
                  slos, slo_limit, slo_ref, cfg, a, t)
         else:
-            decode_end(req_f, req_i, mf, mi, dec_v, dec_r, wait, heap_f, heap_i, counters, curves, curve_n,
+            decode_end(req_f, req_i, mf, mi, dec_v, dec_r, wait, tour, heap_f, heap_i, counters, curves, curve_n,
                        slos, slo_limit, slo_ref, cfg, a, b, t)
     return END
 
