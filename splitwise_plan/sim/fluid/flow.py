@@ -62,9 +62,9 @@ def simulate_fluid(clusters: list[Cluster], stream, overload_s: float = math.inf
     for c in clusters:
         fixed = [f for f in _REFERENCE_ONLY if getattr(c.scheduler, f) != getattr(reference, f)]
         if fixed:   # it would silently keep the reference's values
-            raise SplitwisePlanError(f"the fluid model keeps the reference's {', '.join(fixed)} (a decode batch is "
-                                     "bounded by memory, a mixed batch has no preemption limit); simulate with the "
-                                     "events method to change them")
+            raise SplitwisePlanError(f"the fluid model keeps the reference's {', '.join(fixed)} (it caps a "
+                                     "machine's running decodes at the reference's batch size, and a mixed batch "
+                                     "has no preemption limit); simulate with the events method to change them")
     order = np.argsort(np.asarray(stream.arrival_s, dtype=np.float64), kind="stable")
     slos = _slos(verdict, order)
     jit.before_first_call(k.run_fluid, "the fluid model")

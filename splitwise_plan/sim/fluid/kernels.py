@@ -14,7 +14,9 @@ so that a request costs a few steps rather than an event per iteration:
 - a prompt waiting on a machine whose decodes run starts at the run's next iteration boundary, or, too
   long to ride beside them, when the run ends (its first decode does) or another request pauses it;
 - a KV transfer starts as the prompt batch ends if the token machine has the memory for it, else tries
-  again ``flow_retry_s`` later (the reference's); a decode waits there for memory its decodes free.
+  again ``flow_retry_s`` later (the reference's); a decode waits there, FCFS, for memory its decodes free,
+  or for a place among them: a machine runs at most ``max_batch_size`` decodes (a batch's most requests;
+  where KV caches are small, memory holds more), the others waiting for one of them to end.
 
 The run is a loop over arrivals and five kinds of event (a prompt batch starts or ends, a KV cache moves,
 a decode joins its machine, a machine's first decode ends), in time order; arrivals first at equal times.
@@ -554,6 +556,13 @@ def start_decode(req_i, mf, mi, dec_v, dec_r, heap_f, heap_i, counters, curves, 
 
 
 @inline
+def most_decodes(cfg):
+    """The most decodes a machine runs at once: one iteration's batch holds at most ``max_batch_size`` requests
+    and ``max_batch_tokens`` tokens (a decode's one a token); the others wait their turn (the reference's)."""
+    return min(cfg.max_batch_size, cfg.max_batch_tokens)
+
+
+@inline
 def flow(req_f, req_i, mf, heap_f, heap_i, clock, counters, cfg, rid, now):
     """The prompt of ``rid`` is done on another machine than its decode's: its KV cache moves there if the
     machine has the memory for it, else the transfer tries again ``flow_retry_s`` later (the reference's).
@@ -593,7 +602,7 @@ def join(req_f, req_i, mf, mi, dec_v, dec_r, wait, tour, heap_f, heap_i, counter
         wake(mf, mi, dec_v, heap_f, heap_i, counters, curves, curve_n, cfg, p, now)
     mi[d, WORKED] = 1
     need = req_f[rid, MEM_T]
-    if mi[d, WAIT_LEN] or mf[d, MEM] + need > mf[d, MAX_MEM]:
+    if mi[d, WAIT_LEN] or mf[d, MEM] + need > mf[d, MAX_MEM] or mi[d, N_DEC] >= most_decodes(cfg):
         wait[d, (mi[d, WAIT_HEAD] + mi[d, WAIT_LEN]) % wait.shape[1]] = rid
         mi[d, WAIT_LEN] += 1
         return
@@ -622,7 +631,7 @@ def decode_end(req_f, req_i, mf, mi, dec_v, dec_r, wait, tour, heap_f, heap_i, c
     while mi[i, WAIT_LEN]:
         rid = wait[i, mi[i, WAIT_HEAD]]
         need = req_f[rid, MEM_T]
-        if mf[i, MEM] + need > mf[i, MAX_MEM]:
+        if mf[i, MEM] + need > mf[i, MAX_MEM] or mi[i, N_DEC] >= most_decodes(cfg):
             break
         mi[i, WAIT_HEAD] = (mi[i, WAIT_HEAD] + 1) % cap
         mi[i, WAIT_LEN] -= 1
