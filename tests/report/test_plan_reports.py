@@ -463,13 +463,9 @@ def test_a_stopped_plan_keeps_its_finished_designs_and_the_same_command_goes_on(
     assert code == 0 and "made by a plan with other inputs" in err and (tmp_path / "p.json.partial.old").exists()
 
 
-def test_a_design_stopped_mid_search_resumes_from_its_simulations(capsys, monkeypatch, tmp_path):
-    """Ctrl-C in the middle of the designs' searches (none finished): their simulations so far are kept
-    beside the report; the same command simulates none of them again and writes the report an
-    uninterrupted run writes, simulation counts included."""
+def _counted_simulations(monkeypatch) -> tuple[list, list]:
+    """Count the simulations a plan runs (``runs``), and stop it (Ctrl-C) once ``stop_at[0]`` have run."""
     from splitwise_plan.sim.simulator import Simulator
-    args = ["--goal", "min-cost", "--rps", "20", "--designs", "HH,HA", "--duration", "20", "--seeds", "2",
-            "--jobs", "1", "--quiet"]
     runs, real_points, real_run = [], Simulator.run_points, Simulator.run
     stop_at: list = []
 
@@ -486,6 +482,16 @@ def test_a_design_stopped_mid_search_resumes_from_its_simulations(capsys, monkey
 
     monkeypatch.setattr(Simulator, "run_points", points)
     monkeypatch.setattr(Simulator, "run", one)
+    return runs, stop_at
+
+
+def test_a_design_stopped_mid_search_resumes_from_its_simulations(capsys, monkeypatch, tmp_path):
+    """Ctrl-C in the middle of the designs' searches (none finished): their simulations so far are kept
+    beside the report; the same command simulates none of them again and writes the report an
+    uninterrupted run writes, simulation counts included."""
+    args = ["--goal", "min-cost", "--rps", "20", "--designs", "HH,HA", "--duration", "20", "--seeds", "2",
+            "--jobs", "1", "--quiet"]
+    runs, stop_at = _counted_simulations(monkeypatch)
     assert run(capsys, *args, "--json", tmp_path / "fresh.json")[0] == 0
     full = len(runs)
     runs.clear()
@@ -509,25 +515,9 @@ def test_a_plan_with_no_report_file_keeps_its_progress_in_the_cache_and_the_same
     """With no report file (the JSON on standard output), a stopped plan keeps its designs' simulations in
     the user cache folder (SPLITWISE_PLAN_CACHE_DIR/plans/, keyed by the plan's inputs); the same command
     resumes from them, simulating fewer, prints the report an uninterrupted run prints, and removes it."""
-    from splitwise_plan.sim.simulator import Simulator
     args = ["--goal", "min-cost", "--rps", "20", "--designs", "HH,HA", "--duration", "20", "--seeds", "2",
             "--jobs", "1", "--json", "-", "--quiet"]
-    runs, real_points, real_run = [], Simulator.run_points, Simulator.run
-    stop_at: list = []
-
-    def points(self, pts, *a, **k):
-        pts = list(pts)
-        if stop_at and len(runs) >= stop_at[0]:
-            raise KeyboardInterrupt
-        runs.extend(pts)
-        return real_points(self, pts, *a, **k)
-
-    def one(self, *a, **k):
-        runs.append(a)
-        return real_run(self, *a, **k)
-
-    monkeypatch.setattr(Simulator, "run_points", points)
-    monkeypatch.setattr(Simulator, "run", one)
+    runs, stop_at = _counted_simulations(monkeypatch)
     code, fresh, err = run(capsys, *args)
     assert code == 0 and not list((plan_cache / "plans").iterdir()), err   # a plan done keeps nothing
     full = len(runs)
