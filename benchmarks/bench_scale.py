@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,12 +48,14 @@ def run_plan(args: list[str], cap: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "plan.json")
         t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", _WRAPPER, sys.executable, "-m", "splitwise_plan", *args,
+                                 "--quiet", "--json", out], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "SPLITWISE_PLAN_CACHE_DIR": tmp}, start_new_session=True)
         try:
-            proc = subprocess.run([sys.executable, "-c", _WRAPPER, sys.executable, "-m", "splitwise_plan", *args,
-                                   "--quiet", "--json", out], capture_output=True, text=True, timeout=cap,
-                                  env={**os.environ, "SPLITWISE_PLAN_CACHE_DIR": tmp})
-            code, kib = (int(x) for x in proc.stdout.split())
-        except subprocess.TimeoutExpired:
+            code, kib = (int(x) for x in proc.communicate(timeout=cap)[0].split())
+        except subprocess.TimeoutExpired:   # the plan too, not only its wrapper
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             code, kib = None, math.nan
         wall = time.perf_counter() - t0
         row = {"seconds": wall, "gib": kib / 2**20, "exit": code}

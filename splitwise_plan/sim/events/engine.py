@@ -20,7 +20,7 @@ import numpy as np
 from splitwise_plan.sim import jit
 from splitwise_plan.sim.cluster import Cluster
 from splitwise_plan.sim.events import state
-from splitwise_plan.sim.events.kernels import run_events
+from splitwise_plan.sim.events.kernels import run_events, seat_all
 from splitwise_plan.sim.metrics import Verdict
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ def simulate_events(cluster: Cluster, stream: RequestStream, until: float | None
     then how many requests have arrived (for a progress bar)."""
     sim = state.build(cluster, stream, until, overload_s, verdict)
     jit.before_first_call(run_events, "the event simulator")
+    seat_all(sim.pools, sim.counters, sim.tour, sim.inst_f, sim.inst_i)
     while True:
         status = run_events(*sim, _PROGRESS_EVERY)
         if status == state.GROW:

@@ -19,6 +19,9 @@ compiled step rather than compiling them on their own once per caller's argument
 arguments count as types), which takes less time to compile and runs as fast. The steps are ``@step``
 (:func:`splitwise_plan.sim.jit.step`): each compiles on its own, once, and LLVM inlines it into
 :func:`run_events`, so that calling a step costs nothing (it took half the time of a run as a call).
+
+An arrival costs the logarithm of the machines, not their number: each pool keeps its machines in two
+tournaments by load (sched_pending and sched_mem), and routing reads their winners (see :func:`least`).
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ from splitwise_plan.sim.events.state import (
     NEED,
     NEW,
     NEXT_ARRIVAL,
+    NEXT_RANK,
     NOW,
     NPREM,
     OOM,
@@ -88,6 +92,7 @@ from splitwise_plan.sim.events.state import (
     PROMPT,
     PROMPT_POOL,
     QUEUED,
+    RANK,
     REQ_E2E,
     REQ_STAMP,
     REQ_TTFT,
@@ -479,8 +484,8 @@ def change_batch(req_f, task_i, inst_f, queue, queue_len, scratch, now, i, n_pre
 
 
 @step
-def start_iteration(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, pools, heap_f, heap_i,
-                    counters, curves, cfg, now, i):
+def start_iteration(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, pools, tour, heap_f,
+                    heap_i, counters, curves, cfg, now, i):
     n_preempted, n_added = select_batch(req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, counters,
                                         cfg, i)
     if n_preempted >= 0:   # else the batch runs on unchanged, every task of the machine in it
@@ -488,7 +493,7 @@ def start_iteration(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue
     n_batch = queue_len[i, BATCH]
     if n_batch == 0:
         if queue_len[i, POOL_ORDER] == 0:
-            notify_free(pools, counters, inst_i, i)
+            notify_free(pools, counters, tour, inst_f, inst_i, i)
         return
     n_prompt_tokens = n_decode = 0
     least = 0                       # the fewest tokens a task of the batch has left
@@ -516,8 +521,8 @@ def start_iteration(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue
 
 
 @step
-def complete_iteration(req_f, req_i, task_i, inst_f, inst_i, queue, queue_len, scratch, heap_f, heap_i, counters,
-                       slos, slo_limit, slo_ref, now, i, version):
+def complete_iteration(req_f, req_i, task_i, inst_f, inst_i, queue, queue_len, scratch, tour, heap_f, heap_i,
+                       counters, slos, slo_limit, slo_ref, now, i, version):
     """The machine's run of iterations ends: its finished tasks leave; then START it (or NOTHING: an
     outdated event)."""
     if version != inst_i[i, VERSION]:
@@ -542,6 +547,9 @@ def complete_iteration(req_f, req_i, task_i, inst_f, inst_i, queue, queue_len, s
         if not holds_request(task_i, i, rid):
             list_delete(queue, queue_len, i, POOL_ORDER, pool_order_index(queue, queue_len, i, rid) - 1)
         task_done(req_f, req_i, inst_f, inst_i, heap_f, heap_i, counters, slos, slo_limit, slo_ref, now, t, i)
+    if n_finished:   # their loads left the machine
+        reweigh(tour, inst_f, inst_i, i, BY_PENDING)
+        reweigh(tour, inst_f, inst_i, i, BY_SCHED_MEM)
     inst_i[i, PAUSED] = 0
     return START
 
@@ -563,30 +571,110 @@ def notify_flow_completion(task_mem, inst_f, inst_i, queue, queue_len, cfg, i):
 # -- pools ------------------------------------------------------------------------------------------------
 
 
+# Each pool keeps two tournaments of its machines, rows ``2 * pool + key`` of ``tour`` (BY_PENDING,
+# BY_SCHED_MEM): a binary tree whose leaf ``half + i`` is machine ``i`` if it is in the pool (else -1) and
+# whose every other node is the winner of its two children, the lighter machine (the one earlier in the pool
+# on a tie). Node 1 is the pool's machine of least load, and a machine whose load or pool changes replays only
+# its own matches: routing costs the log of the machines, not their number.
+
+
 @inline
-def lend_to_mixed(pools, counters, inst_i, pool, i):
+def lighter(inst_f, inst_i, a, b, key):
+    """Whether machine ``a`` goes before machine ``b`` of the same pool (-1: none): less ``key``, or as
+    much and earlier in the pool."""
+    if a < 0 or b < 0:
+        return a >= 0 > b
+    ka = float(inst_i[a, SCHED_PENDING]) if key == BY_PENDING else inst_f[a, SCHED_MEM]
+    kb = float(inst_i[b, SCHED_PENDING]) if key == BY_PENDING else inst_f[b, SCHED_MEM]
+    return ka < kb or (ka == kb and inst_i[a, RANK] < inst_i[b, RANK])
+
+
+@inline
+def replay(tour, inst_f, inst_i, row, i):
+    """Replay machine ``i``'s matches in tournament ``row``, from its leaf up to the final or to a match that
+    another machine wins as before (no match above it changes: ``i`` is not in them; another machine whose load
+    changed too replays its own matches next)."""
+    key = row % 2
+    node = (tour.shape[1] // 2 + i) // 2
+    while node:
+        a, b = tour[row, 2 * node], tour[row, 2 * node + 1]
+        winner = b if lighter(inst_f, inst_i, b, a, key) else a
+        if winner == tour[row, node] and winner != i:
+            return
+        tour[row, node] = winner
+        node //= 2
+
+
+@step
+def reweigh(tour, inst_f, inst_i, i, key):
+    """Machine ``i``'s sched_pending (or sched_mem: ``key``) changed: its pool's tournament learns it."""
+    pool = MIXED_POOL if inst_i[i, MIXED] else inst_i[i, HOME]
+    replay(tour, inst_f, inst_i, 2 * pool + key, i)
+
+
+@step
+def seat(pools, counters, tour, inst_f, inst_i, pool, i):
+    """Machine ``i`` joins ``pool``, at its end."""
+    pool_append(pools, counters, POOL_SIZE, pool, i)
+    inst_i[i, RANK] = counters[NEXT_RANK]
+    counters[NEXT_RANK] += 1
+    for row in (2 * pool, 2 * pool + 1):
+        tour[row, tour.shape[1] // 2 + i] = i
+        replay(tour, inst_f, inst_i, row, i)
+
+
+@step
+def unseat(pools, counters, tour, inst_f, inst_i, pool, i):
+    """Machine ``i`` leaves ``pool``."""
     pool_remove(pools, counters, POOL_SIZE, pool, i)
-    pool_append(pools, counters, POOL_SIZE, MIXED_POOL, i)
+    for row in (2 * pool, 2 * pool + 1):
+        tour[row, tour.shape[1] // 2 + i] = -1
+        replay(tour, inst_f, inst_i, row, i)
+
+
+@njit
+def seat_all(pools, counters, tour, inst_f, inst_i):
+    """Every machine joins its home pool, in the order of the machines (a run's start)."""
+    for i in range(inst_i.shape[0]):
+        seat(pools, counters, tour, inst_f, inst_i, inst_i[i, HOME], i)
+
+
+@inline
+def lend_to_mixed(pools, counters, tour, inst_f, inst_i, pool, i):
+    unseat(pools, counters, tour, inst_f, inst_i, pool, i)
+    seat(pools, counters, tour, inst_f, inst_i, MIXED_POOL, i)
     inst_i[i, MIXED] = 1
 
 
 @inline
-def notify_free(pools, counters, inst_i, i):
+def notify_free(pools, counters, tour, inst_f, inst_i, i):
     """An idle machine lent to the mixed pool goes home."""
     if inst_i[i, MIXED]:
         inst_i[i, MIXED] = 0
-        pool_remove(pools, counters, POOL_SIZE, MIXED_POOL, i)
-        pool_append(pools, counters, POOL_SIZE, inst_i[i, HOME], i)
+        unseat(pools, counters, tour, inst_f, inst_i, MIXED_POOL, i)
+        seat(pools, counters, tour, inst_f, inst_i, inst_i[i, HOME], i)
 
 
 @inline
-def least(pools, counters, inst_f, inst_i, pool, key, need, fits):
+def least(pools, counters, tour, inst_f, inst_i, pool, key, need, fits):
     """``min(pool, key=key)``: the first least-``key`` machine of ``pool`` (-1 if none), only among those
-    whose KV room holds ``need`` bytes if ``fits`` (the reference's ``_least``, else ``_least_of_all``)."""
+    whose KV room holds ``need`` bytes if ``fits`` (the reference's ``_least``, else ``_least_of_all``): its
+    tournament's winner, unless that one's room is too small (rare: then every machine of the pool is looked
+    at)."""
+    best = tour[2 * pool + key, 1]
+    if best < 0 or not fits or inst_f[best, ROOM] >= need:
+        return best
+    return least_that_fits(pools, counters, inst_f, inst_i, pool, key, need)
+
+
+@step
+def least_that_fits(pools, counters, inst_f, inst_i, pool, key, need):
+    """The first least-``key`` machine of ``pool`` among those whose KV room holds ``need`` bytes, -1 if
+    none."""
     best, best_key = -1, 0.0
     for k in range(counters[POOL_SIZE + pool]):
         i = pools[pool, k]
-        if fits and inst_f[i, ROOM] < need:
+        if inst_f[i, ROOM] < need:
             continue
         v = float(inst_i[i, SCHED_PENDING]) if key == BY_PENDING else inst_f[i, SCHED_MEM]
         if best < 0 or v < best_key:
@@ -595,11 +683,11 @@ def least(pools, counters, inst_f, inst_i, pool, key, need, fits):
 
 
 @step
-def least_of_every(pools, counters, inst_f, inst_i, need, fits):
+def least_of_every(pools, counters, tour, inst_f, inst_i, need, fits):
     """``least(prompt_pool + mixed_pool + token_pool, key=sched_pending, ...)``."""
     best, best_key = -1, 0.0
     for pool in (PROMPT_POOL, MIXED_POOL, TOKEN_POOL):
-        i = least(pools, counters, inst_f, inst_i, pool, BY_PENDING, need, fits)
+        i = least(pools, counters, tour, inst_f, inst_i, pool, BY_PENDING, need, fits)
         if i >= 0:
             v = float(inst_i[i, SCHED_PENDING])
             if best < 0 or v < best_key:
@@ -611,10 +699,10 @@ def least_of_every(pools, counters, inst_f, inst_i, need, fits):
 
 
 @inline
-def find_best_prompt_instance(pools, counters, inst_f, inst_i, queue_len, cfg, prompt, mem_p, fits):
+def find_best_prompt_instance(pools, counters, tour, inst_f, inst_i, queue_len, cfg, prompt, mem_p, fits):
     """The least loaded machine of the prompt pool, else of the mixed pool, whose queue is not long; or -1."""
     for pool in (PROMPT_POOL, MIXED_POOL):
-        cand = least(pools, counters, inst_f, inst_i, pool, BY_PENDING, mem_p, fits)
+        cand = least(pools, counters, tour, inst_f, inst_i, pool, BY_PENDING, mem_p, fits)
         if cand >= 0 and not (queue_len[cand, PENDING] > 0
                               and inst_i[cand, SCHED_PENDING] + prompt > cfg.prompt_max_pending_tokens):
             return cand
@@ -622,11 +710,11 @@ def find_best_prompt_instance(pools, counters, inst_f, inst_i, queue_len, cfg, p
 
 
 @inline
-def find_best_token_instance(pools, counters, inst_f, inst_i, mem_p, mem_t, fits):
+def find_best_token_instance(pools, counters, tour, inst_f, inst_i, mem_p, mem_t, fits):
     """The machine of the token pool, else of the mixed pool, with the least memory scheduled, if the
     request's KV cache fits there; or -1."""
     for pool in (TOKEN_POOL, MIXED_POOL):
-        cand = least(pools, counters, inst_f, inst_i, pool, BY_SCHED_MEM, mem_p + mem_t, fits)
+        cand = least(pools, counters, tour, inst_f, inst_i, pool, BY_SCHED_MEM, mem_p + mem_t, fits)
         if cand >= 0 and inst_f[cand, SCHED_MEM] + mem_p + mem_t < inst_f[cand, MAX_MEM]:
             return cand
     return -1
@@ -641,16 +729,6 @@ def check_overload(req_f, queue, queue_len, counters, cfg, now, i):
 
 
 @inline
-def least_instance(inst_i):
-    """``min(instances, key=sched_pending)`` of a baseline."""
-    best = 0
-    for i in range(1, inst_i.shape[0]):
-        if inst_i[i, SCHED_PENDING] < inst_i[best, SCHED_PENDING]:
-            best = i
-    return best
-
-
-@inline
 def reject(req_f, slos, slo_limit, slo_ref, counters, rid):
     """A request no machine ever holds: never admitted (oom), and it breaks every SLO of the verdict."""
     counters[OOM] = 1
@@ -659,7 +737,8 @@ def reject(req_f, slos, slo_limit, slo_ref, counters, rid):
 
 
 @step
-def arrive(req_f, req_i, task_mem, inst_f, inst_i, queue, queue_len, pools, heap_f, heap_i, counters, cfg, now, rid):
+def arrive(req_f, req_i, task_mem, inst_f, inst_i, queue, queue_len, pools, tour, heap_f, heap_i, counters, cfg, now,
+           rid):
     """Request ``rid`` arrives: route its tasks (False: it can never be admitted)."""
     counters[ARRIVED] += 1
     mem_p = cfg.kv * (req_i[rid, PROMPT] + 1)
@@ -667,12 +746,12 @@ def arrive(req_f, req_i, task_mem, inst_f, inst_i, queue, queue_len, pools, heap
     if mem_p + mem_t > cfg.largest_kv:   # no machine ever holds it
         return False
     alone = req_i[rid, OUTPUT] <= 1     # its prompt makes its only token: no token task, no transfer
-    if cfg.baseline:
-        p = t = least_instance(inst_i)
+    if cfg.baseline:   # ``min(instances, key=sched_pending)``: its machines are all its prompt pool
+        p = t = least(pools, counters, tour, inst_f, inst_i, PROMPT_POOL, BY_PENDING, 0.0, False)
         check_overload(req_f, queue, queue_len, counters, cfg, now, p)
         inst_i[p, SCHED_PENDING] += req_i[rid, PROMPT] + (0 if alone else 1)
     else:
-        p, t = route(req_i, inst_f, inst_i, queue_len, pools, counters, cfg, rid, mem_p, mem_t)
+        p, t = route(req_i, inst_f, inst_i, queue_len, pools, counters, tour, cfg, rid, mem_p, mem_t)
         check_overload(req_f, queue, queue_len, counters, cfg, now, p)
         inst_i[p, SCHED_PENDING] += req_i[rid, PROMPT]
         inst_i[t, SCHED_PENDING] += 0 if alone else 1
@@ -685,6 +764,11 @@ def arrive(req_f, req_i, task_mem, inst_f, inst_i, queue, queue_len, pools, heap
         inst_f[t, SCHED_MEM] += mem_p + mem_t
     elif not cfg.baseline:
         inst_f[p, SCHED_MEM] += mem_p + mem_t
+    if not cfg.baseline:
+        reweigh(tour, inst_f, inst_i, p, BY_SCHED_MEM)
+        reweigh(tour, inst_f, inst_i, t, BY_SCHED_MEM)
+        reweigh(tour, inst_f, inst_i, t, BY_PENDING)
+    reweigh(tour, inst_f, inst_i, p, BY_PENDING)
     push(heap_f, heap_i, counters, now, TASK_ARRIVAL, p, 2 * rid)
     if p == t and not alone:            # else the prompt makes the only token (see task_done)
         push(heap_f, heap_i, counters, now, TASK_ARRIVAL, p, 2 * rid + 1)
@@ -692,38 +776,39 @@ def arrive(req_f, req_i, task_mem, inst_f, inst_i, queue, queue_len, pools, heap
 
 
 @inline
-def route(req_i, inst_f, inst_i, queue_len, pools, counters, cfg, rid, mem_p, mem_t):
+def route(req_i, inst_f, inst_i, queue_len, pools, counters, tour, cfg, rid, mem_p, mem_t):
     """A Splitwise request's prompt machine and token machine, borrowing across pools if need be."""
     # where machines differ in memory and some cannot hold this request, only those that can are candidates
     fits = mem_p + mem_t > cfg.smallest_kv
     alone = req_i[rid, OUTPUT] <= 1
-    p = find_best_prompt_instance(pools, counters, inst_f, inst_i, queue_len, cfg, req_i[rid, PROMPT], mem_p, fits)
-    t = -1 if alone else find_best_token_instance(pools, counters, inst_f, inst_i, mem_p, mem_t, fits)
+    p = find_best_prompt_instance(pools, counters, tour, inst_f, inst_i, queue_len, cfg, req_i[rid, PROMPT], mem_p,
+                                  fits)
+    t = -1 if alone else find_best_token_instance(pools, counters, tour, inst_f, inst_i, mem_p, mem_t, fits)
     if cfg.mixed_pool:
         if p < 0 and counters[POOL_SIZE + TOKEN_POOL]:
-            p = least(pools, counters, inst_f, inst_i, TOKEN_POOL, BY_PENDING, mem_p, fits)
+            p = least(pools, counters, tour, inst_f, inst_i, TOKEN_POOL, BY_PENDING, mem_p, fits)
             if p >= 0:
-                lend_to_mixed(pools, counters, inst_i, TOKEN_POOL, p)
+                lend_to_mixed(pools, counters, tour, inst_f, inst_i, TOKEN_POOL, p)
         if t < 0 and counters[POOL_SIZE + PROMPT_POOL] and not alone:
-            t = least(pools, counters, inst_f, inst_i, PROMPT_POOL, BY_SCHED_MEM, mem_p + mem_t, fits)
+            t = least(pools, counters, tour, inst_f, inst_i, PROMPT_POOL, BY_SCHED_MEM, mem_p + mem_t, fits)
             if t >= 0:
-                lend_to_mixed(pools, counters, inst_i, PROMPT_POOL, t)
+                lend_to_mixed(pools, counters, tour, inst_f, inst_i, PROMPT_POOL, t)
     if alone and p >= 0:
         t = p
     if p < 0 or t < 0:
         if cfg.mixed_pool:   # the least loaded machine of any pool that holds it, else of any pool
             need = mem_p + mem_t
             for _ in range(2):
-                p = least_of_every(pools, counters, inst_f, inst_i, need, fits)
+                p = least_of_every(pools, counters, tour, inst_f, inst_i, need, fits)
                 if p >= 0:
                     break
                 need, fits = 0.0, False
             t = p
         else:   # strict pools: queue on the least loaded machine of each pool
             if p < 0:
-                p = least(pools, counters, inst_f, inst_i, PROMPT_POOL, BY_PENDING, 0.0, False)
+                p = least(pools, counters, tour, inst_f, inst_i, PROMPT_POOL, BY_PENDING, 0.0, False)
             if t < 0:
-                t = least(pools, counters, inst_f, inst_i, TOKEN_POOL, BY_SCHED_MEM, 0.0, False)
+                t = least(pools, counters, tour, inst_f, inst_i, TOKEN_POOL, BY_SCHED_MEM, 0.0, False)
     return p, t
 
 
@@ -802,9 +887,10 @@ def flow_arrival(req_f, req_i, inst_f, heap_f, heap_i, counters, cfg, now, progr
 
 
 @inline
-def flow_done(req_f, req_i, inst_f, heap_f, heap_i, counters, now, rid):
+def flow_done(req_f, req_i, inst_f, inst_i, tour, heap_f, heap_i, counters, now, rid):
     """The KV cache of request ``rid`` has moved: its prompt machine frees it (see notify_flow_completion)."""
     free(inst_f, req_i[rid, SRC], req_f[rid, MEMORY])
+    reweigh(tour, inst_f, inst_i, req_i[rid, SRC], BY_SCHED_MEM)
     push(heap_f, heap_i, counters, now, TASK_ARRIVAL, req_i[rid, DST], 2 * rid + 1)
 
 
@@ -823,15 +909,16 @@ def needs_room(queue, heap_f, heap_i, inst_i, counters, arrival_next):
 
 
 @njit
-def run_events(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, pools, heap_f, heap_i, clock,
-               counters, curves, slos, slo_limit, slo_ref, cfg, chunk):
+def run_events(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, pools, tour, heap_f, heap_i,
+               clock, counters, curves, slos, slo_limit, slo_ref, cfg, chunk):
     """Handle events until the run ends (END), ``chunk`` more events are done (CHUNK: the count is a
     multiple of ``chunk``), or the next event needs more room (GROW). A step that touches a machine
     last asks to START its next iteration or PAUSE its run of decodes: done here, the step's last act."""
     # the steps take views whose references are not counted (see unowned): this call's caller holds the arrays
     req_f, req_i, task_mem, task_i = unowned(req_f), unowned(req_i), unowned(task_mem), unowned(task_i)
     inst_f, inst_i, queue, queue_len = unowned(inst_f), unowned(inst_i), unowned(queue), unowned(queue_len)
-    scratch, pools, heap_f, heap_i = unowned(scratch), unowned(pools), unowned(heap_f), unowned(heap_i)
+    scratch, pools, tour = unowned(scratch), unowned(pools), unowned(tour)
+    heap_f, heap_i = unowned(heap_f), unowned(heap_i)
     clock, counters, curves = unowned(clock), unowned(counters), unowned(curves)
     slos, slo_limit, slo_ref = unowned(slos), unowned(slo_limit), unowned(slo_ref)
     while events_left(req_i, counters) and not counters[OVERLOADED] and not counters[DEADLOCKED] and not counters[FAILED]:
@@ -852,25 +939,25 @@ def run_events(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len,
             clock[PROGRESS_AT] = t
         action, i = NOTHING, a
         if kind == ARRIVE:          # the event
-            if not arrive(req_f, req_i, task_mem, inst_f, inst_i, queue, queue_len, pools, heap_f, heap_i, counters,
-                          cfg, t, a):
+            if not arrive(req_f, req_i, task_mem, inst_f, inst_i, queue, queue_len, pools, tour, heap_f, heap_i,
+                          counters, cfg, t, a):
                 reject(req_f, slos, slo_limit, slo_ref, counters, a)
         elif kind == TASK_ARRIVAL:
             action = task_arrival(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, cfg, a, b)
         elif kind == COMPLETE:
-            action = complete_iteration(req_f, req_i, task_i, inst_f, inst_i, queue, queue_len, scratch, heap_f, heap_i,
-                                        counters, slos, slo_limit, slo_ref, t, a, b)
+            action = complete_iteration(req_f, req_i, task_i, inst_f, inst_i, queue, queue_len, scratch, tour, heap_f,
+                                        heap_i, counters, slos, slo_limit, slo_ref, t, a, b)
         elif kind == FLOW_ARRIVAL or kind == FLOW_RETRY:
             if kind == FLOW_RETRY:
                 counters[RETRIES] -= 1
             flow_arrival(req_f, req_i, inst_f, heap_f, heap_i, counters, cfg, t, clock[PROGRESS_AT], a)
         else:
-            flow_done(req_f, req_i, inst_f, heap_f, heap_i, counters, t, a)
+            flow_done(req_f, req_i, inst_f, inst_i, tour, heap_f, heap_i, counters, t, a)
             i = req_i[a, SRC]
             action = notify_flow_completion(task_mem, inst_f, inst_i, queue, queue_len, cfg, i)
         if action == START:
-            start_iteration(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, pools, heap_f,
-                            heap_i, counters, curves, cfg, t, i)
+            start_iteration(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue_len, scratch, pools, tour,
+                            heap_f, heap_i, counters, curves, cfg, t, i)
         elif action == PAUSE:
             pause(inst_f, inst_i, queue, queue_len, heap_f, heap_i, counters, t, i)
         counters[EVENTS] += 1

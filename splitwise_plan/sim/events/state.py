@@ -12,7 +12,9 @@ reads.
   (``queue[i, PENDING]``, ``PENDING_PROMPTS``, ``BLOCKED``, ``BATCH``, ``POOL_ORDER``, with their lengths in
   ``queue_len``): ``capacity`` slots each, the most tasks one machine holds; it grows (:func:`grow`)
   between two runs of the kernel when a machine is about to hold more;
-- the three pools (``pools``: prompt, mixed, token) as ordered lists of machines, in the reference's order;
+- the three pools (``pools``: prompt, mixed, token) as ordered lists of machines, in the reference's order
+  (a machine's RANK: its place, greater later), and each pool's two tournaments of its machines by load
+  (``tour``: by sched_pending and by sched_mem, see :func:`.kernels.least`);
 - the event heap (``heap_f``, ``heap_i``), keyed by (time, insertion counter); the arrivals wait outside
   it, in arrival order, with the counters the reference gives them (0 to n - 1, before any other event's);
 - the run's scalars (``clock``, ``counters``), the constants (``Config``), the latency curves
@@ -30,9 +32,9 @@ from splitwise_plan.sim.metrics import METRICS
 
 # task states, as the reference's
 QUEUED, RUNNING, BLOCKED, DONE = range(4)
-# the pools (rows of ``pools``); a machine's HOME is the pool it returns to (NO_HOME: a baseline's)
+# the pools (rows of ``pools``); a machine's HOME is the pool it returns to (a baseline's machines are all
+# its prompt pool)
 PROMPT_POOL, MIXED_POOL, TOKEN_POOL = range(3)
-NO_HOME = -1
 # event kinds (an arrival is not in the heap)
 ARRIVE, TASK_ARRIVAL, COMPLETE, FLOW_ARRIVAL, FLOW_RETRY, FLOW_DONE = range(6)
 # the verdict's metrics, in METRICS order
@@ -49,7 +51,7 @@ PROMPT, OUTPUT, SRC, DST, REQ_STAMP, ORDER = range(6)       # ORDER: request ids
 GENERATED, NPREM, STATE, WHERE, BATCHED, TASK_STAMP = range(6)
 # columns of inst_f and inst_i
 MAX_MEM, ROOM, MEM, SCHED_MEM, ITER_DUR, RUN_START, BUSY, BUSY_SINCE = range(8)
-CURVE, HOME, MIXED, SCHED_PENDING, BATCH_TOKENS, N_CONTIG, PAUSED, VERSION, N_TASKS = range(9)
+CURVE, HOME, MIXED, SCHED_PENDING, BATCH_TOKENS, N_CONTIG, PAUSED, VERSION, N_TASKS, RANK = range(10)
 # a machine's lists (``queue[i, list]``)
 PENDING, PENDING_PROMPTS, BLOCKED_LIST, BATCH, POOL_ORDER = range(5)
 # columns of heap_i
@@ -58,6 +60,8 @@ SEQ, KIND, EV_A, EV_B = range(4)
 NOW, PROGRESS_AT = range(2)
 (COUNTER, HEAP_LEN, NEXT_ARRIVAL, ARRIVED, RETRIES, EVENTS, STAMP, OVERLOADED, DEADLOCKED, OOM, FAILED,
  POOL_SIZE) = range(12)   # POOL_SIZE + pool: the pool's length
+NEXT_RANK = POOL_SIZE + 3   # ... after the three pools' lengths: the next place at a pool's end
+N_COUNTERS = POOL_SIZE + 4
 # rows of a curve (``curves[curve, row]``)
 XS, YS, SLOPES, FLOOR = range(4)
 # columns of slos
@@ -97,10 +101,11 @@ class Sim(NamedTuple):
     queue_len: np.ndarray    # [i, list]
     scratch: np.ndarray      # [NEW | PREEMPTED | ADDED | FINISHED, slot]
     pools: np.ndarray        # [pool, k]: machines in the pool's order; lengths in counters[POOL_SIZE + pool]
+    tour: np.ndarray         # [2 * pool + by sched_mem, node]: each pool's tournaments of its machines by load
     heap_f: np.ndarray       # [slot]: event time
     heap_i: np.ndarray       # [slot, SEQ | KIND | EV_A | EV_B]
     clock: np.ndarray        # [NOW | PROGRESS_AT]
-    counters: np.ndarray     # [COUNTER ... POOL_SIZE + 2]
+    counters: np.ndarray     # [COUNTER ... NEXT_RANK]
     curves: np.ndarray       # [curve, XS | YS | SLOPES | FLOOR, point]: row 2c the prompt phase of latency c, 2c+1 token
     slos: np.ndarray         # [slo, SLO_METRIC | HAS_REF | NEED | BROKEN]
     slo_limit: np.ndarray    # [slo]
@@ -125,7 +130,7 @@ def _requests(stream) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _instances(cluster) -> tuple[np.ndarray, np.ndarray]:
-    pools = [(cluster.prompt, 0, NO_HOME if cluster.is_baseline else PROMPT_POOL)]
+    pools = [(cluster.prompt, 0, PROMPT_POOL)]
     if cluster.token is not None:
         pools.append((cluster.token, 1, TOKEN_POOL))
     curve, home, max_mem = [], [], []
@@ -138,7 +143,7 @@ def _instances(cluster) -> tuple[np.ndarray, np.ndarray]:
     inst_f[:, MAX_MEM] = max_mem
     inst_f[:, ROOM] = inst_f[:, MAX_MEM] - weights
     inst_f[:, MEM] = inst_f[:, SCHED_MEM] = weights
-    inst_i = np.zeros((len(curve), 9), np.int64)
+    inst_i = np.zeros((len(curve), RANK + 1), np.int64)
     inst_i[:, CURVE] = curve
     inst_i[:, HOME] = home
     return inst_f, inst_i
@@ -172,17 +177,15 @@ def _slos(verdict, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def build(cluster, stream, until: float | None, overload_s: float, verdict) -> Sim:
-    """The state at the start of a run of ``cluster`` on ``stream``: every machine idle, no event yet."""
+    """The state at the start of a run of ``cluster`` on ``stream``: every machine idle, no event yet, the
+    pools empty (:func:`.kernels.seat_all` seats every machine in its home pool)."""
     req_f, req_i, task_mem, task_i = _requests(stream)
     inst_f, inst_i = _instances(cluster)
     m = inst_i.shape[0]
     pools = np.full((3, m), -1, np.int64)
-    counters = np.zeros(POOL_SIZE + 3, np.int64)
+    tour = np.full((6, 2 << (m - 1).bit_length()), -1, np.int64)   # (its second half: a leaf a machine)
+    counters = np.zeros(N_COUNTERS, np.int64)
     counters[COUNTER] = len(stream)     # the arrivals have the counters 0 to n - 1
-    for pool in (PROMPT_POOL, TOKEN_POOL):
-        ids = np.flatnonzero(inst_i[:, HOME] == pool)
-        pools[pool, :ids.size] = ids
-        counters[POOL_SIZE + pool] = ids.size
     curves, curve_n = _curves(cluster)
     cfg = cluster.scheduler
     config = Config(int(cfg.max_batch_tokens), int(cfg.max_batch_size), int(cfg.max_preemptions),
@@ -192,7 +195,7 @@ def build(cluster, stream, until: float | None, overload_s: float, verdict) -> S
                     math.inf if until is None else float(until), curve_n)
     slos, slo_limit, slo_ref = _slos(verdict, len(stream))
     return Sim(req_f, req_i, task_mem, task_i, inst_f, inst_i, np.zeros((m, 5, INITIAL_CAPACITY), np.int64),
-               np.zeros((m, 5), np.int64), np.zeros((4, INITIAL_CAPACITY), np.int64), pools,
+               np.zeros((m, 5), np.int64), np.zeros((4, INITIAL_CAPACITY), np.int64), pools, tour,
                np.zeros(INITIAL_HEAP), np.zeros((INITIAL_HEAP, 4), np.int64), np.zeros(2), counters,
                curves, slos, slo_limit, slo_ref, config)
 
