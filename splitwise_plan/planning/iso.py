@@ -175,11 +175,10 @@ class _IsoSearch:
         sr = search(ev, self.space, "frontier", exclude=self.excluded, batch=max(2, cpu_cores()))
         rejected = self._rejected_text()
         if sr.best is None:
-            note = (f"all {n_rejected} candidates {rejected}; the event simulation holds no design within "
-                    f"{self.p_max} prompt x {self.t_max} token machines") if not d.is_baseline else \
-                (f"all {n_rejected} candidates {rejected}; the event simulation holds no design within "
-                 f"{self.p_max} machines")
-            return self._answer("unconfirmed", note=note + _too_big(self.sim, d))
+            within = f"{self.p_max} machines" if d.is_baseline else f"{self.p_max} prompt x {self.t_max} token machines"
+            return self._answer("unconfirmed", note=f"all {n_rejected} candidates {rejected}; "
+                                f"{method_text(req.confirm_method)} holds no design within {within}"
+                                + _too_big(self.sim, d))
         self.excluded += [pt for pt, r in ev.cache.items() if r.method == req.confirm_method and not ev.ok(r)]
         climbed = (f"after {plural(n_rejected, 'candidate')} failed, {method_text(req.confirm_method)} searched "
                    f"the grid itself ({self.confirm.runs - runs_before:,} simulations)")

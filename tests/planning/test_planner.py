@@ -597,6 +597,7 @@ def test_an_unconfirmed_baseline_names_the_machine_counts_it_rejected():
     h100 = res.get("H100")
     assert h100.status == "unconfirmed"
     assert "the fast model passed and the event simulation failed 24 (101%)" in h100.note   # 24, not 24+0
+    assert "the event simulation holds no design within 24 machines" in h100.note   # the grid's bound, named
 
 
 def test_a_plan_says_in_plain_words_what_it_is_doing():
