@@ -152,7 +152,7 @@ def before_first_call(kernel, what: str) -> None:
         return   # (a worker process says nothing: the run's own process speaks for it)
     if in_cache(kernel):
         return
-    say_once(f"compiling {what} (first run after install only; 10-20 s)")
+    say_once(f"compiling {what} (first run after install only; 15-25 s)")
 
 
 def in_cache(kernel) -> bool:
