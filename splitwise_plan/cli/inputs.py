@@ -238,7 +238,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     from splitwise_plan.inputs.slos import load_slos
     from splitwise_plan.inputs.workloads import load_trace, load_workload, nonempty
     from splitwise_plan.perf.profiles import ProfileSet
-    from splitwise_plan.perf.sources import reference_latency
+    from splitwise_plan.perf.sources import for_requests, reference_latency
     from splitwise_plan.perf.stack import load_stack
 
     spec = get_model(model, dtype=dtype)   # a built-in by its name as the profiles spell it, whatever the case
@@ -273,6 +273,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
         rate, dur, seed_used = rps, duration, seed
         if need_stream:
             stream = nonempty(wl.generate(rps, duration_s=duration, seed=seed), rps, duration)
+    stack = for_requests(stack, trace_stream if trace_stream is not None else wl)   # (a decode's context, where read)
     return Inputs(stream, model, int(tp), wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
                   machines, profiles, profileset, method, scheduler, wl, trace_rate=trace_rate,
                   trace_stream=trace_stream, model_spec=spec, stack=stack)

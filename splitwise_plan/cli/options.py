@@ -139,7 +139,7 @@ def opt_dtype():
 
 def opt_stack(panel: Optional[str] = ADV):
     """``--stack``: the serving stack of estimated latencies."""
-    return typer.Option(default("stack"), "--stack", metavar="FILE", rich_help_panel=panel,
+    return typer.Option(default("stack"), "--stack", metavar="FILE|aiconfigurator:BACKEND", rich_help_panel=panel,
                         help=PLAN_OPTIONS["stack"].help)
 
 

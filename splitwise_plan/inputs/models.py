@@ -85,6 +85,9 @@ class ModelSpec:
     dtype: str = "bf16"
     kv_sizing: str | None = None
     source: str = ""
+    architecture: str = ""       # the config's first ``architectures`` entry ('' unknown)
+    max_positions: int = 0       # max_position_embeddings (0 unknown)
+    rope_theta: float = 0.0      # the RoPE base (0 unknown or none)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -197,6 +200,18 @@ def _config_dtype(config: dict, where: str) -> str:
     return "bf16" if spelled is None else dtype_named(spelled, f"{where}: torch_dtype")
 
 
+def _positions(config: dict, where: str) -> dict:
+    """The architecture's name, its longest sequence and its RoPE base, where the config gives them."""
+    archs = config.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    positions, theta = config.get("max_position_embeddings") or 0, config.get("rope_theta") or 0.0
+    if isinstance(positions, bool) or not isinstance(positions, int) or positions < 0:
+        raise SplitwisePlanError(f"{where}: max_position_embeddings must be a positive whole number, got {positions!r}")
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta >= 0:
+        raise SplitwisePlanError(f"{where}: rope_theta must be a positive number, got {theta!r}")
+    return dict(architecture=arch, max_positions=positions, rope_theta=float(theta))
+
+
 def model_from_config(config, name: str, where: str, source: str = "") -> ModelSpec:
     """The :class:`ModelSpec` of a Hugging Face ``config`` (a parsed config.json), named ``name``; errors
     name ``where`` (the file). Keys starting ``_`` are this tool's: ``_weights_bytes`` (at bf16),
@@ -230,7 +245,7 @@ def model_from_config(config, name: str, where: str, source: str = "") -> ModelS
                      num_kv_heads=kv_heads, head_dim=arch["head_dim"], intermediate_size=arch["intermediate_size"],
                      vocab_size=arch["vocab_size"], mlp_matrices=mlp_matrices, tie_word_embeddings=tied,
                      params=extra.get("_params", 0), dtype=dtype, kv_sizing=config.get("_kv_sizing"),
-                     source=str(config.get("_source", source)))
+                     source=str(config.get("_source", source)), **_positions(config, where))
     if "_weights_bytes" in extra:   # given at bf16
         weights = extra["_weights_bytes"] * DTYPE_BYTES[dtype] // DTYPE_BYTES["bf16"]
     else:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.perf.stack import PARAMETER_DOCS, Stack
+from splitwise_plan.perf.stack import CAP_REFERENCE, PARAMETER_DOCS, Stack
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,8 +36,6 @@ SHIPPED_GRID = tuple(
     [(s, 1, 128) for s in (128, 256, 512, 1024, 2048, 4096, 8192)]
     + [(512, 1, n) for n in (256, 512, 1024, 2048, 4096, 8192)]
     + [(512, b, 128) for b in (2, 4, 8, 16, 32, 64)])
-#: The power cap a stack's ``cap_slowdown`` was measured at (fraction of the GPU's power).
-CAP_REFERENCE = 0.7
 _FIT_NAMES = tuple(k for k in PARAMETER_DOCS if k != "cap_slowdown")
 _EFFICIENCIES = 3   # the first three fitted parameters are fractions in (0, 1]
 

@@ -170,6 +170,11 @@ def _validate(df: pd.DataFrame, path: Path) -> pd.DataFrame:
     return pd.DataFrame({c: out[c] for c in REQUIRED_COLUMNS})
 
 
+def shipped(profiles) -> bool:
+    """Whether ``profiles`` are the shipped ones (the paper's measurements), estimates added or not."""
+    return str(getattr(profiles, "source", "")) == str(data_file("profiles", SHIPPED_PROFILE))
+
+
 def load_profiles(path: str | Path | None = None) -> ProfileSet:
     """Load the shipped profiles (``None``) or a user profile CSV; same as ``ProfileSet.load``."""
     return ProfileSet.load(path)

@@ -1,6 +1,8 @@
 """Where a pool's latencies come from. A measured profile wins wherever it holds the model on the GPU at
 that tensor parallelism. Elsewhere the analytic model (:mod:`.analytic`) estimates them, from the
-model's architecture, the machine's data sheet and the serving stack's efficiency (:mod:`.stack`).
+model's architecture, the machine's data sheet and the serving stack's efficiency (:mod:`.stack`); or,
+with ``--stack aiconfigurator:BACKEND``, aiconfigurator's measured kernels give them (:mod:`.aiconfigurator`)
+for every pool, the shipped profiles of the paper's 2023 stack left out (a user's ``--profiles`` still win).
 The resulting :class:`~.latency_model.LatencyModel` is the same kind either way, so the simulators never
 know which one they got. The reports do: :class:`Sourced` says which it was.
 """
@@ -49,14 +51,25 @@ def accelerator_of(machine) -> Accelerator:
                        float(machine.power_cap or 1.0))
 
 
-def has_profile(profiles, model: str, hardware: str, tensor_parallel: int) -> bool:
+def has_profile(profiles, model: str, hardware: str, tensor_parallel: int, stack=None) -> bool:
     """Whether ``profiles`` holds ``model`` on ``hardware`` at this tensor parallelism (measured, or an
-    estimate added by :func:`with_estimates`)."""
+    estimate added by :func:`with_estimates`); with a ``stack`` that replaces measurements, not the
+    shipped profiles' measurements."""
+    if _replaced(profiles, model, hardware, tensor_parallel, stack):
+        return False
     try:
         profiles.latency_model(model, hardware, tensor_parallel)
     except SplitwisePlanError:
         return False
     return True
+
+
+def _replaced(profiles, model: str, hardware: str, tensor_parallel: int, stack) -> bool:
+    """Whether ``stack`` (aiconfigurator's) gives these latencies in place of the shipped profiles' (the
+    paper's 2023 stack: not mixed with another stack's), and ``profiles`` hold no estimate of it for them."""
+    from splitwise_plan.perf.profiles import shipped
+    key = (str(model).lower(), str(hardware).lower(), int(tensor_parallel))
+    return hasattr(stack, "rows") and shipped(profiles) and key not in profiles.estimates
 
 
 def estimated(model, machine, tensor_parallel: int, stack: Stack | None = None) -> Sourced:
@@ -70,6 +83,8 @@ def estimated(model, machine, tensor_parallel: int, stack: Stack | None = None) 
 
 
 def _estimate_rows(model, machine, tensor_parallel: int, stack: Stack | None) -> tuple[list, str]:
+    if hasattr(stack, "rows"):   # aiconfigurator's
+        return stack.rows(model, machine, int(tensor_parallel))
     stack = stack if stack is not None else load_stack()
     rows = estimate_rows(architecture_of(model), accelerator_of(machine), int(tensor_parallel), stack)
     return rows, f"estimated from data sheets (stack {stack.name})"
@@ -79,6 +94,15 @@ def _frame(rows: list):
     import pandas as pd
 
     return pd.DataFrame(rows)
+
+
+def for_requests(stack, requests):
+    """``stack`` with its decode steps read at the mean context of ``requests`` (a workload or a stream: the
+    prompt and half the output), where it reads context (aiconfigurator's) and is not bound yet; else itself."""
+    if getattr(stack, "context_tokens", 0) is not None or requests is None:
+        return stack
+    import numpy as np
+    return stack.with_context(float(np.mean(requests.prompt_tokens)) + float(np.mean(requests.output_tokens)) / 2)
 
 
 def with_estimates(profiles, model, needs, stack: Stack | None = None):
@@ -92,13 +116,22 @@ def with_estimates(profiles, model, needs, stack: Stack | None = None):
     added, rows = {}, []
     for machine, tp in needs:
         key = (model.name.lower(), machine.hardware, int(tp))
-        if key in added or has_profile(profiles, model.name, machine.hardware, tp):
+        if key in added or has_profile(profiles, model.name, machine.hardware, tp, stack):
             continue
-        new, added[key] = _estimate_rows(model, machine, tp, stack)
+        try:
+            new, added[key] = _estimate_rows(model, machine, tp, stack)
+        except SplitwisePlanError:
+            if not hasattr(stack, "rows"):
+                raise
+            continue   # aiconfigurator has no data for it: its designs are left out, with the reason
         rows += new
     if not added:
         return profiles
-    table = pd.concat([profiles.table, _frame(rows)], ignore_index=True)
+    table = profiles.table
+    if hasattr(stack, "rows"):   # the measurements it replaces leave the table
+        names = table["model"] + "|" + table["hardware"] + "|" + table["tensor_parallel"].astype(str)
+        table = table[~names.isin([f"{m}|{h}|{t}" for m, h, t in added])]
+    table = pd.concat([table, _frame(rows)], ignore_index=True)
     return ProfileSet(table, source=profiles.source, estimates={**profiles.estimates, **added})
 
 
@@ -112,7 +145,7 @@ def from_profiles(profiles, model, hardware: str, tensor_parallel: int) -> Sourc
 
 def sourced_latency(profiles, model, machine, tensor_parallel: int, stack: Stack | None = None) -> Sourced:
     """The latency model of ``model`` on ``machine``'s GPU from ``profiles`` when they hold it, else the estimate."""
-    if has_profile(profiles, model.name, machine.hardware, tensor_parallel):
+    if has_profile(profiles, model.name, machine.hardware, tensor_parallel, stack):
         return from_profiles(profiles, model, machine.hardware, tensor_parallel)
     return estimated(model, machine, tensor_parallel, stack)
 
@@ -143,7 +176,7 @@ def reference_latency(slos, profiles, model, machines, stack: Stack | None = Non
     data sheet of a catalog machine of that hardware. A model too big for that machine gets a nominal
     reference (its slowdowns are then only indicative), and a user error if an SLO is a slowdown."""
     hw, tp = slos.reference_hardware, slos.reference_tensor_parallel
-    if has_profile(profiles, model.name, hw, tp):
+    if has_profile(profiles, model.name, hw, tp, stack):
         return from_profiles(profiles, model, hw, tp)
     machine, problem = reference_machine(slos, model, machines)
     if machine is None:

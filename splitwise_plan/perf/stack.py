@@ -14,6 +14,8 @@ from pathlib import Path
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.inputs.paths import data_dir, read_toml
 
+#: The power cap a stack's ``cap_slowdown`` was measured at (fraction of the GPU's power).
+CAP_REFERENCE = 0.7
 STACKS_FOLDER = "stacks"
 DEFAULT_STACK = "default"
 
@@ -78,10 +80,14 @@ def _toml_string(text: str) -> str:
 
 
 def load_stack(path_or_name: str | Path | None = None) -> Stack:
-    """Read a stack: ``None`` for the shipped default, a shipped stack's name, or a TOML file's path."""
+    """Read a stack: ``None`` for the shipped default, a shipped stack's name, a TOML file's path, or
+    ``aiconfigurator:BACKEND[@VERSION]`` (its measured kernels: :mod:`.aiconfigurator`)."""
     if path_or_name is None:
         path_or_name = DEFAULT_STACK
     text = str(path_or_name)
+    from splitwise_plan.perf import aiconfigurator
+    if aiconfigurator.is_spec(path_or_name):
+        return aiconfigurator.parse_spec(text, cap_slowdown=load_stack().cap_slowdown, cap_reference=CAP_REFERENCE)
     if isinstance(path_or_name, str) and "/" not in text and not text.endswith(".toml"):
         path = data_dir("profiles") / STACKS_FOLDER / f"{text}.toml"
         if not path.is_file():

@@ -37,7 +37,9 @@ PLAN_OPTIONS: dict[str, Option] = {
     "dtype": Option(None, "Precision of the model's weights: bf16 or fp8 (default: the model's own)."),
     "stack": Option(None, "Serving stack of the latencies estimated from data sheets (where no profile measured the "
                           "model on a GPU): a stack TOML file, e.g. from `splitwise-plan profiles fit` (default: "
-                          "the one fitted on the shipped profiles)."),
+                          "the one fitted on the shipped profiles); or aiconfigurator:vllm|sglang|trtllm[@VERSION] "
+                          "for every pool's latencies from AIConfigurator's measured kernels (the extra "
+                          "splitwise-plan[aiconfigurator]; no version: the current one of each GPU)."),
     "workload": Option("coding", "coding, conversation, or a trace CSV (Azure or reference format) to draw sizes "
                                  "from."),
     "trace": Option(None, "Replay this trace (max-throughput scales its arrival times to each rate it tries)."),

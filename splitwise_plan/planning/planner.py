@@ -356,6 +356,8 @@ def inputs_block(req: PlanRequest, inputs: Inputs, search_method: str) -> dict:
         spec = req.budget_power if req.objective == "power" else req.budget_cost
         amount = parse_budget(spec, req.objective, inputs.machines)
         extra["budget"] = {"objective": req.objective, "amount": round(amount, 9)}
+    if req.stack is not None:   # (only when asked for: reports of the defaults read as before)
+        extra["stack"] = inputs.stack.source
     return _inputs(model=req.model, tensor_parallel=req.tp, workload=input_label(workload),
                    trace=input_label(req.trace), rate=rate, duration_s=duration, seed=seed, requests=requests,
                    slo_file=input_label(req.slos), slos=inputs.slos, machines_file=input_label(req.machines_file),

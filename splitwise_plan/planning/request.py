@@ -325,6 +325,7 @@ class Inputs:
         from splitwise_plan.inputs.slos import load_slos
         from splitwise_plan.inputs.workloads import load_trace, load_workload
         from splitwise_plan.perf.profiles import load_profiles
+        from splitwise_plan.perf.sources import for_requests
         from splitwise_plan.perf.stack import load_stack
         model = get_model(req.model, dtype=req.dtype)
         stack = load_stack(req.stack)
@@ -348,6 +349,7 @@ class Inputs:
             raise SplitwisePlanError(f"trace {input_label(req.trace)}: all its requests arrive at one instant, so it "
                                      f"has no rate for {input_name('goal')} max-throughput to scale; give a trace that spans time")
         workload = None if trace is not None else loaded(req.workload, load_workload, Workload)
+        stack = for_requests(stack, trace if trace is not None else workload)   # (a decode's context, where read)
         for name in req.designs:   # fail early, with one line, on a design the catalog cannot build
             d = get_design(name)
             for m in d.machines:

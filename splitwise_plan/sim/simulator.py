@@ -28,7 +28,7 @@ from splitwise_plan.inputs.slos import SLOSet, load_slos
 from splitwise_plan.inputs.workloads import RequestStream
 from splitwise_plan.perf.latency_model import reference_latencies
 from splitwise_plan.perf.profiles import ProfileSet
-from splitwise_plan.perf.sources import reference_latency, sourced_latency
+from splitwise_plan.perf.sources import for_requests, reference_latency, sourced_latency
 from splitwise_plan.sim.cluster import Cluster, Pool, SchedulerConfig, instance_layout
 from splitwise_plan.sim.metrics import PERCENTILES, Verdict, percentiles, request_latencies
 from splitwise_plan.sim.records import from_json, to_json
@@ -316,7 +316,7 @@ class Simulator:
             raise SplitwisePlanError("the request stream is empty")
         self.stream = stream
         self.model: ModelSpec = model
-        self.stack = stack   # the serving stack of estimated latencies (None: the shipped default)
+        self.stack = for_requests(stack, stream)   # the serving stack of estimated latencies (None: the shipped default)
         self.tensor_parallel = whole_number(tensor_parallel, "tensor_parallel", 1, 1024)
         self.profiles = profiles if profiles is not None else ProfileSet.load()
         self.machines = with_short_names(dict(machines) if machines is not None else dict(BUILTIN_MACHINES))

@@ -1,0 +1,138 @@
+"""AIConfigurator as a latency source (``--stack aiconfigurator:BACKEND[@VERSION]``): the rows it gives are its
+``EngineHandle``'s own numbers, every pool reads it, and what it cannot give is one line, exit 2.
+
+The tests that need the extra ``splitwise-plan[aiconfigurator]`` skip without it (CI installs it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from splitwise_plan.cli import main
+from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.inputs.machines import BUILTIN_MACHINES
+from splitwise_plan.inputs.models import get_model
+from splitwise_plan.perf import aiconfigurator as aic
+from splitwise_plan.perf.sources import for_requests, sourced_latency
+from splitwise_plan.perf.stack import load_stack
+
+HAS_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
+needs_aic = pytest.mark.skipif(not HAS_AIC, reason="needs the extra splitwise-plan[aiconfigurator] (Linux x86-64)")
+
+
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "aiconfigurator_core", None)   # (import fails, as without the extra)
+    with pytest.raises(SplitwisePlanError, match=r"needs the extra.*splitwise-plan\[aiconfigurator\]"):
+        load_stack("aiconfigurator:vllm")
+
+
+@pytest.mark.parametrize("spec, needle", [("aiconfigurator:tgi", "unknown aiconfigurator backend 'tgi'"),
+                                          ("aiconfigurator:vllm@", "no version after @")])
+def test_a_bad_source_is_one_line(spec, needle):
+    with pytest.raises(SplitwisePlanError, match=needle):
+        load_stack(spec)
+
+
+def test_decodes_read_the_mean_context_of_the_requests():
+    # half the output is the KV length mid-decode: (1000 + 3000) / 2 + (100 + 300) / 2 / 2 = 2100
+    requests = SimpleNamespace(prompt_tokens=np.array([1000, 3000]), output_tokens=np.array([100, 300]))
+    bound = for_requests(aic.AIConfiguratorStack("vllm"), requests)
+    assert bound.context_tokens == 2100
+    assert for_requests(bound, SimpleNamespace(prompt_tokens=[1], output_tokens=[1])) is bound   # bound once
+    analytic = load_stack()
+    assert for_requests(analytic, requests) is analytic
+
+
+@needs_aic
+def test_rows_are_engine_handle_numbers_for_its_own_llama_config():
+    # our config.json of Llama-3.1-70B against aiconfigurator's shipped one, through EngineHandle itself
+    import shutil
+    import tempfile
+
+    import aiconfigurator_core
+    from aiconfigurator_core.sdk import EngineHandle
+    shipped = Path(aiconfigurator_core.__file__).parent / "model_configs" / "meta-llama--Meta-Llama-3.1-70B_config.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(shipped, Path(tmp) / "config.json")
+        h = EngineHandle.compile(tmp, "h100_sxm", "trtllm", tp_size=8, backend_version="1.3.0rc20")
+        prefill = [h.predict_prefill_latency(1, x) for x in aic.BATCH_TOKENS]
+        decode = [h.decode_step_latency(x, 2048, 1) for x in aic.BATCH_TOKENS]
+    stack = aic.AIConfiguratorStack("trtllm", "1.3.0rc20", context_tokens=2048)
+    rows, detail = stack.rows(get_model("llama-3.1-70b"), BUILTIN_MACHINES["dgx-h100"], 8)
+    assert "trtllm 1.3.0rc20 on h100_sxm" in detail and "2,048 tokens of context" in detail
+    for row, p, d, x in zip(rows, prefill, decode, aic.BATCH_TOKENS):
+        assert row["prompt_size"] * row["batch_size"] == x
+        assert row["prompt_time"] == pytest.approx(p, rel=0.01)
+        if d >= max(decode[:aic.BATCH_TOKENS.index(x) + 1]):   # where its curve does not dip
+            assert row["token_time"] == pytest.approx(d, rel=0.01)
+
+
+@needs_aic
+def test_a_decode_curve_that_dips_is_made_non_decreasing():
+    # aiconfigurator's A100 decode step of Llama-3.1-70B dips (29.4 ms at batch 96, 28.8 at 128)
+    raw = aic._engine(aic._config_text(get_model("llama-3.1-70b")), "a100_sxm", "vllm", "0.14.0", 8, "bf16")
+    assert raw.decode_step_latency(128, 1024, 1) < raw.decode_step_latency(96, 1024, 1)
+    stack = aic.AIConfiguratorStack("vllm", context_tokens=1024)
+    rows, _ = stack.rows(get_model("llama-3.1-70b"), BUILTIN_MACHINES["dgx-a100"], 8)
+    decode = [r["token_time"] for r in rows]
+    prefill = [r["prompt_time"] for r in rows]
+    assert decode == sorted(decode) and prefill == sorted(prefill)
+    assert decode[-1] > 2 * decode[0]   # (it grows with the batch, as a current stack's does)
+
+
+@needs_aic
+@pytest.mark.parametrize("model, machine, dtype, needle", [
+    ("bloom-176b", "dgx-h100", None, "no BloomForCausalLM architecture"),
+    ("llama-3.1-70b", "mi300x-8", None, "no measured kernels for mi300x-8"),
+    ("llama-3.1-70b", "dgx-a100", "fp8", "missing system flops"),
+])
+def test_what_it_cannot_give_is_one_line(model, machine, dtype, needle):
+    stack = aic.AIConfiguratorStack("vllm")
+    with pytest.raises(SplitwisePlanError, match=needle) as caught:
+        stack.rows(get_model(model, dtype=dtype), BUILTIN_MACHINES[machine], 8)
+    assert "\n" not in str(caught.value)
+
+
+@needs_aic
+@pytest.mark.parametrize("spec, machine, needle", [
+    ("aiconfigurator:vllm@9.9", "dgx-h100", "has no vllm 9.9 data for dgx-h100's GPU (h100_sxm); it has 0.24.0"),
+    ("aiconfigurator:vllm@0.24.0", "dgx-a100", "has no vllm 0.24.0 data for dgx-a100's GPU (a100_sxm); it has 0.14.0"),
+])
+def test_a_version_the_gpu_lacks_is_one_line_naming_those_it_has(spec, machine, needle):
+    with pytest.raises(SplitwisePlanError, match=re.escape(needle)):
+        load_stack(spec).rows(get_model("llama-3.1-70b"), BUILTIN_MACHINES[machine], 8)
+
+
+@needs_aic
+def test_it_replaces_the_shipped_measurements_of_every_pool():
+    # Llama2-70B on DGX-A100 is measured in the shipped profiles (the paper's 2023 stack): with aiconfigurator
+    # chosen, its latencies come from aiconfigurator, not mixed with the measurements
+    from splitwise_plan.perf.profiles import ProfileSet
+    profiles = ProfileSet.load()
+    model, machine = get_model("llama2-70b"), BUILTIN_MACHINES["dgx-a100"]
+    assert sourced_latency(profiles, model, machine, 8).kind == "measured"
+    got = sourced_latency(profiles, model, machine, 8, load_stack("aiconfigurator:vllm"))
+    assert got.kind == "estimated" and "aiconfigurator-core" in got.detail and "on a100_sxm" in got.detail
+
+
+@needs_aic
+def test_a_plan_on_it_names_the_source_backend_and_version(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    code = main(["--goal", "min-cost", "--rps", "20", "--model", "llama-3.1-70b", "--workload", "conversation",
+                 "--designs", "H100:H100", "--seeds", "1", "--duration", "30", "--stack", "aiconfigurator:vllm",
+                 "--json", str(out), "-q"])
+    capsys.readouterr()
+    assert code == 0
+    doc = json.loads(out.read_text())
+    assert doc["inputs"]["stack"].startswith("aiconfigurator:vllm (aiconfigurator-core ")
+    sources = doc["inputs"]["latency_sources"]   # each GPU's current version, written out
+    assert "vllm 0.24.0 on h100_sxm" in sources["dgx-h100"]
+    assert "vllm 0.14.0 on a100_sxm" in sources["reference"]   # the slowdowns' reference reads it too
+    assert [r["status"] for r in doc["results"]] == ["ok"] and doc["plan"]["winner"] is not None
