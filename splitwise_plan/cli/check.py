@@ -82,13 +82,15 @@ def _check_cluster(spec, inp: Inputs, cluster_file: Path) -> None:
     (too few GPUs or too little HBM, or no profile at that TP)."""
     from splitwise_plan.inputs.machines import get_machine
     from splitwise_plan.inputs.models import get_model
+    from splitwise_plan.perf.sources import sourced_latency
     from splitwise_plan.sim.cluster import instance_layout
     d = spec.design
+    model = inp.model_spec or get_model(spec.model)
     try:
         for m in d.machines:
             machine = get_machine(m, inp.machines)   # in any case, as the catalog names it
-            instance_layout(machine, spec.tensor_parallel, d.is_baseline, get_model(spec.model))
-            inp.profiles.latency_model(spec.model, machine.hardware, spec.tensor_parallel)
+            instance_layout(machine, spec.tensor_parallel, d.is_baseline, model)
+            sourced_latency(inp.profiles, model, machine, spec.tensor_parallel, inp.stack)   # (measured, or estimated)
     except SplitwisePlanError as exc:
         raise SplitwisePlanError(f"cluster file {cluster_file} ({spec.model} at TP{spec.tensor_parallel} on "
                                  f"{', '.join(dict.fromkeys(d.machines))}): {exc}") from None

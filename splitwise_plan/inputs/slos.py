@@ -110,16 +110,10 @@ class SLOSet:
     def __len__(self) -> int:
         return len(self.slos)
 
-    def reference_model(self, profiles, model: str):
-        """The latency model slowdowns are measured against: ``model`` alone on the reference hardware."""
-        hw, tp = self.reference_hardware, self.reference_tensor_parallel
-        try:
-            return profiles.latency_model(model, hw, tp)
-        except SplitwisePlanError as exc:
-            of = f"SLO file {self.source}" if self.source else f"SLO set {self.name!r}"
-            raise SplitwisePlanError(f"slowdowns are measured against {model} alone on {hw} at TP{tp} (the reference "
-                                     f"of {of}; an SLO file sets reference_hardware and "
-                                     f"reference_tensor_parallel): {exc}") from None
+    @property
+    def reference_of(self) -> str:
+        """Where the reference is set, for messages: "SLO file mine.toml" or "SLO set 'paper'"."""
+        return f"SLO file {self.source}" if self.source else f"SLO set {self.name!r}"
 
     def __iter__(self):
         return iter(self.slos)

@@ -180,8 +180,9 @@ def reference_latency(slos, profiles, model, machines, stack: Stack | None = Non
         return from_profiles(profiles, model, hw, tp)
     machine, problem = reference_machine(slos, model, machines)
     if machine is None:
-        raise SplitwisePlanError(f"slowdowns are measured against {model.name} alone on {hw} at TP{tp}, which no "
-                                 f"profile measured and {problem}")
+        raise SplitwisePlanError(f"slowdowns are measured against {model.name} alone on {hw} at TP{tp} (the reference "
+                                 f"of {slos.reference_of}; an SLO file sets reference_hardware and "
+                                 f"reference_tensor_parallel), which no profile measured and {problem}")
     if problem and slos.needs_slowdown:
         raise SplitwisePlanError(f"slowdown SLOs compare with {model.name} alone on a {machine.name} at TP{tp}, "
                                  f"but {problem}: give the SLOs in seconds (--slo FILE with unit = \"seconds\")")

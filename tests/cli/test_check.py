@@ -254,14 +254,24 @@ def test_capacity_of_a_cluster_that_holds_no_rate_points_to_a_longer_duration(ca
     assert "none; the SLOs fail even at 3.334 req/s" in out and "is the lowest rate tried" in out
 
 
-def test_a_cluster_at_a_tp_its_profiles_lack_names_the_cluster_file(capsys, write, tmp_path):
+def test_a_cluster_at_a_tp_its_profiles_lack_is_estimated_as_the_plan_does(capsys, write, tmp_path):
+    # (it was an error: "no profile"; the plan estimates such latencies from data sheets, and so does the gate)
     from splitwise_plan.inputs.paths import data_file
     df = pd.read_csv(data_file("profiles", "perf_model.csv"))
     df[df.tensor_parallel == 8].to_csv(tmp_path / "tp8.csv", index=False)
     cluster = write("tp4.toml", SMALL + 'model = "llama2-70b"\ntensor_parallel = 4\n')
     for cmd in (["check", cluster, "--rps", 5], ["capacity", cluster]):
-        code, out, err = run(capsys, *cmd, "--profiles", tmp_path / "tp8.csv", *FAST)
-        assert code == 2 and err.startswith(f"error: cluster file {cluster} (llama2-70b at TP4 on dgx-h100): no profile")
+        code, out, err = run(capsys, *cmd, "--profiles", tmp_path / "tp8.csv", *FAST, "--json", tmp_path / "r.json")
+        assert code in (0, 1), err
+        sources = json.loads((tmp_path / "r.json").read_text())["inputs"]["latency_sources"]
+        assert sources["dgx-h100"].startswith("estimated from data sheets")
+
+
+def test_a_cluster_whose_machines_cannot_hold_its_model_names_the_cluster_file(capsys, write):
+    cluster = write("tp1.toml", SMALL + 'model = "llama2-70b"\ntensor_parallel = 1\n')
+    code, out, err = run(capsys, "check", cluster, "--rps", 5, *FAST)
+    assert code == 2 and err.startswith(f"error: cluster file {cluster} (llama2-70b at TP1 on dgx-h100): ")
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_headroom_never_passes_a_cluster_that_fails_at_the_rate_asked_for(capsys, write):
@@ -290,3 +300,24 @@ def test_check_and_capacity_on_a_machine_named_in_upper_case(capsys, write):
         assert "PASS" in out and "b200" in out
     code, out, err = run(capsys, "capacity", f, *FAST, "--machines-file", machines)
     assert code == 0 and "req/s" in out, out + err
+
+
+LLAMA = ('design = "b200:b200"\nprompt_machines = 2\ntoken_machines = 1\nmodel = "llama-3.1-70b"\n'
+         'tensor_parallel = 8\n')   # a model no shipped profile measured: its latencies estimated, as the plan's
+
+
+@pytest.mark.parametrize("rps, holds", [(10, True), (120, False)])
+def test_check_gates_a_model_with_estimated_latencies_as_simulate_judges_it(capsys, write, tmp_path, rps, holds):
+    # check once read the profile table itself and refused such a model ("unknown model 'llama-3.1-70b'")
+    args = ["--rps", rps, "--workload", "conversation", *FAST]
+    code, out, err = run(capsys, "check", write("llama.toml", LLAMA), *args, "--json", tmp_path / "c.json")
+    assert code in (0, 1), out + err
+    sim_code, out, err = run(capsys, "simulate", "--design", "B200:B200", "--prompt", 2, "--token", 1, "--model",
+                             "llama-3.1-70b", *args, "--json", tmp_path / "s.json")
+    assert sim_code == 0, out + err
+    checked, simulated = (json.loads((tmp_path / f).read_text()) for f in ("c.json", "s.json"))
+    assert "estimated from data sheets" in checked["inputs"]["latency_sources"]["dgx-b200"]
+    result = simulated["results"][0]
+    assert result["slo"]["met"] is holds and code == (0 if holds else 1)
+    for metric, pcts in result["slowdown"].items():
+        assert checked["results"][0]["slowdown"][metric] == pytest.approx(pcts, rel=1e-9)

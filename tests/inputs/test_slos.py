@@ -161,7 +161,10 @@ def test_slowdowns_are_against_the_slo_files_reference_tensor_parallelism(write)
 
 def test_an_slo_files_reference_error_names_the_file(write):
     """A user's copy of paper.toml keeps name = "paper": the error named the shipped set, not the file."""
+    from splitwise_plan.inputs.machines import BUILTIN_MACHINES
+    from splitwise_plan.inputs.models import get_model
     from splitwise_plan.perf.profiles import load_profiles
+    from splitwise_plan.perf.sources import reference_latency
     slos = load_slos(write("mine.toml", 'name = "paper"\nreference_hardware = "tpu"\n[ttft]\np50 = 2\n'))
     with pytest.raises(SplitwisePlanError, match=r"the reference of SLO file .*mine\.toml;"):
-        slos.reference_model(load_profiles(), "bloom-176b")
+        reference_latency(slos, load_profiles(), get_model("bloom-176b"), BUILTIN_MACHINES)
