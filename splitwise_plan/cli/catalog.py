@@ -111,6 +111,35 @@ def _profiles_tables(profiles: Optional[Path], seed: int) -> None:
         held.add_row(e.model, e.train, e.test, str(e.n_rows), *(f"{v:.1f}" for v in (
             e.prompt_median_ape_pct, e.prompt_p90_ape_pct, e.decode_median_ape_pct, e.decode_p90_ape_pct)))
     console().print(held)
+    _preset_errors()
+
+
+#: The presets' goal on a model and a GPU they were not fitted on (issue 52): median, P90, ratio to H100
+PRESET_GOAL = (15.0, 30.0, 10.0)
+
+
+def _preset_errors() -> None:
+    """The shipped presets' held-out errors, as written when they were fitted (no extra needed)."""
+    from splitwise_plan.perf.stack import load_stack, shipped_stacks
+
+    stacks = [load_stack(name) for name in shipped_stacks()]
+    rows = [(st, gpu, e) for st in stacks for gpu, e in st.held_out.items() if isinstance(e, dict)]
+    if not rows:
+        return
+    median, p90, ratio = PRESET_GOAL
+    table = Table(title="Stack presets (--stack NAME), on models and a GPU they were not fitted on",
+                  caption=(f"absolute % error against AIConfigurator's measured kernels; goal: median <= {median:g}, "
+                           f"P90 <= {p90:g}, ratio to H100 <= {ratio:g} at the median (benchmarks/fit_stack_presets.py)"))
+    for col in ("stack", "predicts", "models", "configs", "prompt median", "prompt P90", "decode median",
+                "decode P90", "ratio to H100", "goal"):
+        table.add_column(col, justify="left" if col in ("stack", "predicts", "models", "goal") else "right")
+    for st, gpu, e in rows:
+        figures = [float(e.get(k, float("nan"))) for k in ("prompt_median_pct", "prompt_p90_pct", "decode_median_pct",
+                                                           "decode_p90_pct", "ratio_to_h100_median_pct")]
+        met = (max(figures[0], figures[2]) <= median and max(figures[1], figures[3]) <= p90 and figures[4] <= ratio)
+        table.add_row(st.name, gpu, ", ".join(e.get("models", [])), str(e.get("configs", "")),
+                      *(f"{v:.1f}" for v in figures), "met" if met else "NOT met")
+    console().print(table)
 
 
 def _fit_stack(measured: Path, model: str, machine: str, tp: int, machines_file: Optional[Path],

@@ -87,7 +87,8 @@ def _estimate_rows(model, machine, tensor_parallel: int, stack: Stack | None) ->
         return stack.rows(model, machine, int(tensor_parallel))
     stack = stack if stack is not None else load_stack()
     rows = estimate_rows(architecture_of(model), accelerator_of(machine), int(tensor_parallel), stack)
-    return rows, f"estimated from data sheets (stack {stack.name})"
+    version = f", {stack.version}" if getattr(stack, "version", "") else ""
+    return rows, f"estimated from data sheets (stack {stack.name}{version})"
 
 
 def _frame(rows: list):

@@ -8,7 +8,7 @@ transfers to GPUs nobody profiled. The shipped one is ``profiles/stacks/default.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from splitwise_plan.errors import SplitwisePlanError
@@ -48,6 +48,10 @@ class Stack:
     decode_request_bytes: float
     cap_slowdown: float = 1.0
     source: str = ""
+    version: str = ""   # the engine and version a preset was fitted on, for reports ('' the paper's 2023 stack)
+    #: {held-out GPU: its errors} of a fit that saw neither that GPU nor the models asked for (a shipped
+    #: preset's, written when it was fitted: benchmarks/fit_stack_presets.py)
+    held_out: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in PARAMETER_DOCS:
@@ -67,7 +71,8 @@ class Stack:
         """The stack as TOML text, each parameter with its meaning in a comment."""
         lines = ["# Serving-stack efficiency for the analytic latency model (splitwise_plan.perf.analytic).",
                  f'name = "{self.name}"',
-                 f"source = {_toml_string(self.source)}", ""]
+                 f"source = {_toml_string(self.source)}"] + ([f"version = {_toml_string(self.version)}"] if self.version
+                                                              else []) + [""]
         for name, value in self.parameters().items():
             lines.append(f"# {PARAMETER_DOCS[name]}")
             lines.append(f"{name} = {value:.6g}")
@@ -77,6 +82,11 @@ class Stack:
 def _toml_string(text: str) -> str:
     """A one-line TOML basic string."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+
+
+def shipped_stacks() -> list[str]:
+    """The names of the shipped stacks: the paper's 2023 stack and today's engines' presets."""
+    return sorted(p.stem for p in (data_dir("profiles") / STACKS_FOLDER).glob("*.toml"))
 
 
 def load_stack(path_or_name: str | Path | None = None) -> Stack:

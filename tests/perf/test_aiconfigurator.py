@@ -136,3 +136,40 @@ def test_a_plan_on_it_names_the_source_backend_and_version(tmp_path, capsys):
     assert "vllm 0.24.0 on h100_sxm" in sources["dgx-h100"]
     assert "vllm 0.14.0 on a100_sxm" in sources["reference"]   # the slowdowns' reference reads it too
     assert [r["status"] for r in doc["results"]] == ["ok"] and doc["plan"]["winner"] is not None
+
+
+def test_the_presets_ship_their_held_out_errors_and_profiles_prints_them(capsys):
+    from splitwise_plan.perf.stack import shipped_stacks
+    assert {"vllm", "sglang", "trtllm"} <= set(shipped_stacks())
+    for name in ("vllm", "sglang", "trtllm"):
+        stack = load_stack(name)
+        assert stack.version.startswith(name + " ") and "aiconfigurator-core" in stack.source
+        assert set(stack.held_out) == {"h200-141gb", "b200-180gb"}
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "Stack presets (--stack NAME)" in out
+    vllm_b200 = next(line for line in out.splitlines() if "vllm" in line and "b200-180gb" in line)
+    assert f"{load_stack('vllm').held_out['b200-180gb']['ratio_to_h100_median_pct']:.1f}" in vllm_b200
+
+
+def test_an_estimate_names_the_preset_and_its_version():
+    from splitwise_plan.perf.sources import estimated
+    got = estimated(get_model("llama-3.1-70b"), BUILTIN_MACHINES["dgx-h200"], 8, load_stack("vllm"))
+    assert got.detail == "estimated from data sheets (stack vllm, vllm 0.24.0 (a100_sxm 0.14.0))"
+
+
+@needs_aic
+def test_a_preset_reads_a_current_stack_far_closer_than_the_papers():
+    # Llama-3.1-70B on H100 at TP8 (a model and GPU the presets were fitted on, as a user's first plan has it):
+    # the vllm preset's estimate against aiconfigurator's own vLLM numbers, and the 2023 stack's
+    from splitwise_plan.perf.analytic import predict_times
+    from splitwise_plan.perf.sources import accelerator_of, architecture_of
+    model, machine = get_model("llama-3.1-70b"), BUILTIN_MACHINES["dgx-h100"]
+    h = aic._engine(aic._config_text(model), "h100_sxm", "vllm", "0.24.0", 8, "bf16")
+    batches = np.array([1, 8, 32, 64, 128])
+    truth = np.array([h.decode_step_latency(int(b), 1024, 128) for b in batches])
+    errors = {}
+    for name in ("vllm", "default"):
+        _, decode = predict_times(architecture_of(model), accelerator_of(machine), 8, load_stack(name), 1024, batches)
+        errors[name] = float(np.median(np.abs(decode / truth - 1)))
+    assert errors["vllm"] < 0.15 < 1.0 < errors["default"]   # (the 2023 stack's decode step reads 2-3x slower)
