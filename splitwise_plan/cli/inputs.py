@@ -17,6 +17,7 @@ from splitwise_plan.cli.output import note
 from splitwise_plan.cli.progress import progress
 from splitwise_plan.errors import SplitwisePlanError, plural
 from splitwise_plan.inputs.designs import Design, pool_size
+from splitwise_plan.perf.stack import DEFAULT_STACK
 from splitwise_plan.sim.cluster import SchedulerConfig
 
 
@@ -45,6 +46,7 @@ class Inputs:
     trace_stream: object = None   # the trace as loaded (its own rate), which ``stream_at`` time-scales
     model_spec: object = None     # the model's architecture (ModelSpec): ``model`` names it, or its config's path
     stack: object = None          # the serving stack of estimated latencies (None: the shipped default)
+    stack_why: str = ""           # why ``--stack auto`` chose it ('' where the user named it)
 
     def simulator(self, stream=None, stop_early: bool = False):
         from splitwise_plan.sim.simulator import Simulator
@@ -76,8 +78,10 @@ class Inputs:
             extra["latency_sources"] = self.latency_sources(design)
         if self.model_spec is not None and self.model_spec.dtype != get_model(self.model).dtype:
             extra["dtype"] = self.model_spec.dtype   # (only when asked for: reports of the defaults read as before)
-        if self.stack is not None:
+        if self.stack is not None and not self.stack_why:   # (asked for: the paper's reports read as before)
             extra["stack"] = self.stack.source
+        elif self.stack_why and self.stack.name != DEFAULT_STACK:   # auto chose today's preset: which and why
+            extra["stack"] = f"{self.stack.name} ({self.stack_why})"
         return report_inputs(model=self.model, tensor_parallel=self.tensor_parallel, workload=self.workload,
                              trace=self.trace, rate=self.rate, duration_s=self.duration_s, seed=self.seed,
                              requests=len(self.stream) if self.stream is not None else None,
@@ -238,11 +242,9 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     from splitwise_plan.inputs.slos import load_slos
     from splitwise_plan.inputs.workloads import load_trace, load_workload, nonempty
     from splitwise_plan.perf.profiles import ProfileSet
-    from splitwise_plan.perf.sources import for_requests, reference_latency
-    from splitwise_plan.perf.stack import load_stack
+    from splitwise_plan.perf.sources import for_requests, reference_latency, resolve_stack
 
     spec = get_model(model, dtype=dtype)   # a built-in by its name as the profiles spell it, whatever the case
-    stack = load_stack(stack) if stack is not None else None
     model = spec.name if spec.name in BUILTIN_MODELS and not os.path.exists(str(model)) else str(model)
     if tp is None or tp < 1:
         raise SplitwisePlanError(f"--tp must be a positive integer, got {tp}")
@@ -259,6 +261,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     slos = load_slos(slo)
     machines = with_short_names(load_machines(machines_file))   # H200 names dgx-h200 (unless the file has an h200)
     profileset = ProfileSet.load(profiles)
+    stack, stack_why = resolve_stack(stack, profileset, spec)   # (auto: the paper's stack for its models, else vllm)
     reference_latency(slos, profileset, spec, machines, stack)   # slowdowns need it: fail now, in one line
     stream, wl, wl_name, trace_rate, trace_stream = None, None, None, None, None
     if trace is not None:
@@ -276,7 +279,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
     stack = for_requests(stack, trace_stream if trace_stream is not None else wl)   # (a decode's context, where read)
     return Inputs(stream, model, int(tp), wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
                   machines, profiles, profileset, method, scheduler, wl, trace_rate=trace_rate,
-                  trace_stream=trace_stream, model_spec=spec, stack=stack)
+                  trace_stream=trace_stream, model_spec=spec, stack=stack, stack_why=stack_why)
 
 
 def _load_with_bar(load, path, what: str, quiet: bool):

@@ -40,7 +40,7 @@ def shipped_files() -> dict:
             folder = data_dir(kind)
         except SplitwisePlanError:
             continue
-        for f in folder.rglob("*"):   # (subfolders too: profiles/stacks/default.toml)
+        for f in folder.rglob("*"):   # (subfolders too: profiles/stacks/paper-2023.toml)
             if f.is_file():
                 out[os.path.realpath(f)] = f"{kind}/{f.relative_to(folder).as_posix()}"
     return out

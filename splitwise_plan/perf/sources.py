@@ -97,6 +97,22 @@ def _frame(rows: list):
     return pd.DataFrame(rows)
 
 
+def resolve_stack(spec, profiles, model) -> tuple[object, str]:
+    """The stack ``--stack spec`` names, and why, in words where ``auto`` chose it ('' where the user did).
+
+    ``auto`` (or None): the paper's 2023 stack for a model the profiles measured on some GPU (BLOOM-176B and
+    Llama2-70B in the shipped ones: their measured pools and their estimates then come from one stack, and the
+    paper's reproductions are unchanged), else today's vLLM preset (a model nobody profiled is planned at the
+    speed of a current engine, not of 2023's)."""
+    from splitwise_plan.perf.stack import DEFAULT_STACK, PRESET
+    if spec is not None and str(spec).strip().lower() != "auto":
+        return load_stack(spec), ""
+    measured = set(profiles.table["model"]) if getattr(profiles, "table", None) is not None else set()
+    if model.name.lower() in measured:
+        return load_stack(DEFAULT_STACK), f"auto: {model.name} has measured profiles, of the paper's 2023 stack"
+    return load_stack(PRESET), f"auto: no profile measured {model.name}, so today's {PRESET} preset"
+
+
 def for_requests(stack, requests):
     """``stack`` with its decode steps read at the mean context of ``requests`` (a workload or a stream: the
     prompt and half the output), where it reads context (aiconfigurator's) and is not bound yet; else itself."""

@@ -2,7 +2,9 @@
 
 The analytic latency model (:mod:`.analytic`) keeps the hardware's physics (FLOP/s, HBM and link bandwidth)
 apart from these; a ``Stack`` is fitted once on measured profiles and shared by every GPU, so that it
-transfers to GPUs nobody profiled. The shipped one is ``profiles/stacks/default.toml``.
+transfers to GPUs nobody profiled. The shipped ones are in ``profiles/stacks/``: ``paper-2023`` (the paper's
+2023 stack, fitted on the shipped profiles; also called ``default``) and presets of today's engines, ``vllm``,
+``sglang`` and ``trtllm``. ``auto`` (:func:`~.sources.resolve_stack`) picks between the first two.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from splitwise_plan.inputs.paths import data_dir, read_toml
 #: The power cap a stack's ``cap_slowdown`` was measured at (fraction of the GPU's power).
 CAP_REFERENCE = 0.7
 STACKS_FOLDER = "stacks"
-DEFAULT_STACK = "default"
+DEFAULT_STACK = "paper-2023"
+PRESET = "vllm"                         # auto's stack for a model no shipped profile measured
+ALIASES = {"default": DEFAULT_STACK}    # (the paper's stack's old name)
 
 #: What each number means, written into a stack's TOML beside it.
 PARAMETER_DOCS = {
@@ -99,6 +103,7 @@ def load_stack(path_or_name: str | Path | None = None) -> Stack:
     if aiconfigurator.is_spec(path_or_name):
         return aiconfigurator.parse_spec(text, cap_slowdown=load_stack().cap_slowdown, cap_reference=CAP_REFERENCE)
     if isinstance(path_or_name, str) and "/" not in text and not text.endswith(".toml"):
+        text = ALIASES.get(text.lower(), text)
         path = data_dir("profiles") / STACKS_FOLDER / f"{text}.toml"
         if not path.is_file():
             raise SplitwisePlanError(f"no shipped stack named {text!r} ({path}); give a TOML file's path")

@@ -36,8 +36,10 @@ PLAN_OPTIONS: dict[str, Option] = {
                                   "config.json (or its folder). Dense models only."),
     "dtype": Option(None, "Precision of the model's weights: bf16 or fp8 (default: the model's own)."),
     "stack": Option(None, "Serving stack of the latencies estimated from data sheets (where no profile measured the "
-                          "model on a GPU): a stack TOML file, e.g. from `splitwise-plan profiles fit` (default: "
-                          "the one fitted on the shipped profiles); or aiconfigurator:vllm|sglang|trtllm[@VERSION] "
+                          "model on a GPU): paper-2023 (the paper's, fitted on the shipped profiles; alias default), "
+                          "vllm, sglang or trtllm (today's engines, fitted on AIConfigurator's data), or a stack TOML "
+                          "file from `splitwise-plan profiles fit`. Default auto: paper-2023 for a model the profiles "
+                          "measured (BLOOM-176B, Llama2-70B), else vllm. Or aiconfigurator:vllm|sglang|trtllm[@VERSION] "
                           "for every pool's latencies from AIConfigurator's measured kernels (the extra "
                           "splitwise-plan[aiconfigurator]; no version: the current one of each GPU)."),
     "workload": Option("coding", "coding, conversation, or a trace CSV (Azure or reference format) to draw sizes "

@@ -318,6 +318,7 @@ class Inputs:
     duration: float
     scheduler: SchedulerConfig = SchedulerConfig()
     stack: object = None   # the serving stack of estimated latencies
+    stack_why: str = ""    # why ``--stack auto`` chose it ('' where the request named it)
 
     @classmethod
     def load(cls, req: PlanRequest) -> "Inputs":
@@ -325,14 +326,13 @@ class Inputs:
         from splitwise_plan.inputs.slos import load_slos
         from splitwise_plan.inputs.workloads import load_trace, load_workload
         from splitwise_plan.perf.profiles import load_profiles
-        from splitwise_plan.perf.sources import for_requests
-        from splitwise_plan.perf.stack import load_stack
+        from splitwise_plan.perf.sources import for_requests, resolve_stack
         model = get_model(req.model, dtype=req.dtype)
-        stack = load_stack(req.stack)
 
         def loaded(value, load, kind):   # a file (or None: the shipped one), or the object itself
             return value if isinstance(value, kind) else load(value)
         profiles = loaded(req.profiles, load_profiles, ProfileSet)
+        stack, stack_why = resolve_stack(req.stack, profiles, model)
         # names match in any case (a file's catalog is in lower case already; a dict given in code may not be)
         given = loaded(req.machines_file, load_machines, dict)
         machines = {str(k).lower(): m for k, m in given.items()}
@@ -357,7 +357,7 @@ class Inputs:
                     raise SplitwisePlanError(f"{d.name} needs machine {m!r}, which the machine catalog lacks")
         profiles = _with_estimates(profiles, model, machines, slos, req, stack)
         return cls(model, int(req.tp), profiles, machines, slos, workload, trace, float(req.duration), req.scheduler,
-                   stack)
+                   stack, stack_why)
 
     def unfit(self, design: str) -> str:
         """Why ``design`` cannot be planned ('' when it can): its machines cannot hold the model's

@@ -220,7 +220,8 @@ def inputs_line(result: PlanResult) -> str:
     cost_unit, power_unit = plan_units(result)
     line = (f"inputs: {stream}; SLOs {slos}; machines {inp.get('machines_file') or 'built-in'} ({cost_unit}, "
             f"{power_unit}); profiles {inp.get('profiles_file') or 'built-in'}")
-    return line + "\n" + latencies_line(inp.get("latency_sources") or {})
+    stack = f"\nstack: {inp['stack']}" if inp.get("stack") else ""
+    return line + "\n" + latencies_line(inp.get("latency_sources") or {}) + stack
 
 
 def latencies_line(sources: dict) -> str:

@@ -44,7 +44,7 @@ def test_a_model_no_profile_measured_is_estimated_from_the_data_sheet():
     import pandas as pd
     model, h200 = get_model("llama-3.1-70b"), BUILTIN_MACHINES["dgx-h200"]
     got = sourced_latency(load_profiles(), model, h200, 8)
-    assert got.kind == ESTIMATED and got.detail == "estimated from data sheets (stack default)"
+    assert got.kind == ESTIMATED and got.detail == "estimated from data sheets (stack paper-2023)"
     rows = estimate_rows(architecture_of(model), accelerator_of(h200), 8, load_stack())
     direct = ProfileSet(pd.DataFrame(rows)).latency_model(model.name, "h200-141gb", 8)
     for x in (128, 1024, 8192):
@@ -92,12 +92,25 @@ def test_a_users_config_json_plans_with_sourced_latencies(tmp_path, capsys):
     assert code == 0, printed.err
     doc = json.loads(out.read_text())
     assert doc["inputs"]["model"] == str(folder)
-    assert doc["inputs"]["latency_sources"] == {
-        "dgx-h100": "estimated from data sheets (stack default)",
-        "dgx-h200": "estimated from data sheets (stack default)",
-        "reference": "estimated from data sheets (stack default)"}
-    assert "latencies: dgx-h100, dgx-h200, slowdown reference estimated from data sheets" in " ".join(
-        printed.out.split())
+    # no profile measured it: --stack auto estimates at today's vLLM preset, and says which and why
+    vllm = "estimated from data sheets (stack vllm, vllm 0.24.0 (a100_sxm 0.14.0))"
+    assert doc["inputs"]["latency_sources"] == {"dgx-h100": vllm, "dgx-h200": vllm, "reference": vllm}
+    assert doc["inputs"]["stack"] == "vllm (auto: no profile measured my-model, so today's vllm preset)"
+    text = " ".join(printed.out.split())
+    assert "latencies: dgx-h100, dgx-h200, slowdown reference estimated from data sheets" in text
+    assert "stack: vllm (auto: no profile measured my-model" in text
+
+
+def test_auto_keeps_the_papers_stack_for_the_papers_models(tmp_path, capsys):
+    # BLOOM-176B on H200 pools: no profile measured it there, but it has measured profiles (the paper's 2023
+    # stack): its estimate is of that stack, and the report reads as before (no stack named)
+    out = tmp_path / "p.json"
+    code = main(["--goal", "min-cost", "--rps", "5", "--designs", "H200:H200", "--duration", "20", "--seeds", "1",
+                 "--json", str(out), "-q"])
+    assert code == 0, capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert doc["inputs"]["latency_sources"]["dgx-h200"] == "estimated from data sheets (stack paper-2023)"
+    assert "stack" not in doc["inputs"] and doc["inputs"]["latency_sources"]["reference"].startswith("measured")
 
 
 @pytest.mark.parametrize("config, message", [
@@ -156,6 +169,13 @@ def test_a_plans_estimated_reference_says_it_is_estimated():
     from splitwise_plan.planning import Inputs, PlanRequest
     inp = Inputs.load(PlanRequest(goal="min-cost", rps=10, model="llama-3.1-70b", designs="H100:H200"))
     ref = reference_latency(inp.slos, inp.profiles, inp.model, inp.machines)
-    assert (ref.kind, ref.detail) == (ESTIMATED, "estimated from data sheets (stack default)")
+    assert (ref.kind, ref.detail) == (ESTIMATED, "estimated from data sheets (stack vllm, vllm 0.24.0 (a100_sxm 0.14.0))")
     paper = Inputs.load(PlanRequest(goal="min-cost", rps=10, designs="HH"))
     assert reference_latency(paper.slos, paper.profiles, paper.model, paper.machines).kind == MEASURED
+
+
+def test_default_is_the_papers_stack_by_its_old_name():
+    from splitwise_plan.perf.stack import load_stack
+    paper = load_stack("paper-2023")
+    assert paper.name == "paper-2023" and load_stack("default").parameters() == paper.parameters()
+    assert load_stack().parameters() == paper.parameters()

@@ -406,7 +406,7 @@ def test_no_report_overwrites_the_tools_own_data():
     replaces them (from a source checkout or an editable install they are plain files)."""
     from splitwise_plan.inputs.paths import data_file
     for kind, name in (("slos", "paper.toml"), ("workloads", "coding.csv"), ("profiles", "perf_model.csv"),
-                       ("profiles", "stacks/default.toml"), ("models", "llama-3.1-70b.json")):
+                       ("profiles", "stacks/paper-2023.toml"), ("models", "llama-3.1-70b.json")):
         path = data_file(kind, name)
         before = path.read_bytes()
         with pytest.raises(SplitwisePlanError, match=f"shipped data file {kind}/{name}"):

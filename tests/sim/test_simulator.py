@@ -75,7 +75,7 @@ def test_fluid_runs_no_more_decodes_on_a_machine_than_a_batch_holds():
     # TBT P90 at 0.48 of its limit, where the event simulator reads 4.42 (examples/: "failed 13+1 (442%)").
     from splitwise_plan.planning.request import Inputs, PlanRequest
     req = PlanRequest(goal="min-cost", rps=100, designs="H200:H200", seeds=1, model="llama-3.1-70b",
-                      workload="conversation", duration=60)
+                      workload="conversation", duration=60, stack="paper-2023")   # (the regime is the 2023 stack's)
     inputs = Inputs.load(req)
     stream = inputs.stream(100, 0)
     fluid, oracle = (inputs.simulator(stream, m).run("H200:H200", 13, 1) for m in ("fluid", "events"))
