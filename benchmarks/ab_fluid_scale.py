@@ -3,6 +3,7 @@
     python benchmarks/ab_fluid_scale.py               # the fluid model as it is now, on the kept points
     python benchmarks/ab_fluid_scale.py --refresh     # find the points and the oracle's results anew (~15 min)
     python benchmarks/ab_fluid_scale.py --sets llama  # only the sets whose name holds "llama"
+    python benchmarks/ab_fluid_scale.py --sets llama-3.1 --stack vllm   # its latencies from another stack
 
 The audit of ``ab_fluid_wide.py`` stops at 200 req/s and the paper's models. Here each set is a
 Poisson stream of one shipped workload at a fleet rate, and each design's points lie on the fluid
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from splitwise_plan.inputs.designs import get_design  # noqa: E402
 from splitwise_plan.inputs.workloads import load_workload  # noqa: E402
+from splitwise_plan.perf.stack import load_stack  # noqa: E402
 from splitwise_plan.search.bound import capacity_model  # noqa: E402
 from splitwise_plan.sim.simulator import Simulator  # noqa: E402
 
@@ -52,10 +54,10 @@ SETS = [
 ]
 
 
-def simulator(s: tuple, method: str) -> Simulator:
+def simulator(s: tuple, method: str, stack=None) -> Simulator:
     name, model, workload, rate, duration, seed, _ = s
     stream = load_workload(workload).generate(float(rate), duration_s=float(duration), seed=seed)
-    return Simulator(stream, model, method=method)
+    return Simulator(stream, model, method=method, stack=stack)
 
 
 def _passes(sim: Simulator, design: str, pts: list) -> list[bool]:
@@ -107,15 +109,20 @@ def frontier_points(s: tuple, design: str, fluid: Simulator) -> list[list]:
     return [[p, t, kind] for (p, t), kind in sorted(pts.items())]
 
 
-def find_points(sets: list) -> dict:
+def find_points(sets: list, stack=None) -> dict:
     """{set name: {design: points}}, the fluid model's frontier of each set's designs."""
     found = {}
     for s in sets:
         t0 = time.perf_counter()
-        fluid = simulator(s, "fluid")
-        found[s[0]] = {d: frontier_points(s, d, fluid) for d in s[6]}
+        fluid = simulator(s, "fluid", stack)
+        found[_key(s, stack)] = {d: frontier_points(s, d, fluid) for d in s[6]}
         print(f"[scale] {s[0]}: points found in {time.perf_counter() - t0:.0f} s", flush=True)
     return found
+
+
+def _key(s: tuple, stack) -> str:
+    """A set's name, and its stack where not the default (its points and results are kept apart)."""
+    return s[0] if stack is None else f"{s[0]} stack {stack.name}"
 
 
 def verdicts(results) -> list[dict]:
@@ -127,30 +134,34 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--refresh", action="store_true", help="find the points and the oracle's results anew")
     ap.add_argument("--sets", default="", help="only the sets whose name holds this text")
+    ap.add_argument("--stack", default=None, help="the latencies' stack (default: the simulator's own default); "
+                                                 "e.g. vllm, or aiconfigurator:vllm with the extra")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "splitwise-ab-scale-oracle.pkl"))
     args = ap.parse_args()
+    stack = load_stack(args.stack) if args.stack else None
     sets = [s for s in SETS if args.sets in s[0]]
     kept = json.loads(POINTS.read_text()) if POINTS.exists() else {}
-    missing = [s for s in sets if args.refresh or s[0] not in kept]
+    missing = [s for s in sets if args.refresh or _key(s, stack) not in kept]
     if missing:
-        kept.update(find_points(missing))
+        kept.update(find_points(missing, stack))
         POINTS.write_text(json.dumps(kept, indent=1) + "\n")
     cache = {} if args.refresh or not os.path.exists(args.cache) else pickle.load(open(args.cache, "rb"))
     total = agree = near = 0
     by_kind: dict = {}
     t0 = time.perf_counter()
     for s in sets:
-        pts = [(d, p, t) for d, dpts in kept[s[0]].items() for p, t, _ in dpts]
-        kinds = [kind for dpts in kept[s[0]].values() for _, _, kind in dpts]
-        if s[0] not in cache or len(cache[s[0]]) != len(pts):
-            events = simulator(s, "events")
-            cache[s[0]] = verdicts(events.run(*pt) for pt in pts)
+        key = _key(s, stack)
+        pts = [(d, p, t) for d, dpts in kept[key].items() for p, t, _ in dpts]
+        kinds = [kind for dpts in kept[key].values() for _, _, kind in dpts]
+        if key not in cache or len(cache[key]) != len(pts):
+            events = simulator(s, "events", stack)
+            cache[key] = verdicts(events.run(*pt) for pt in pts)
             with open(args.cache + ".tmp", "wb") as f:
                 pickle.dump(cache, f)
             os.replace(args.cache + ".tmp", args.cache)
-        fluid = verdicts(simulator(s, "fluid").run_points(pts))
-        misses = [(pt, f, o) for pt, f, o in zip(pts, fluid, cache[s[0]]) if f["slo"] != o["slo"]]
-        for kind, f, o in zip(kinds, fluid, cache[s[0]]):
+        fluid = verdicts(simulator(s, "fluid", stack).run_points(pts))
+        misses = [(pt, f, o) for pt, f, o in zip(pts, fluid, cache[key]) if f["slo"] != o["slo"]]
+        for kind, f, o in zip(kinds, fluid, cache[key]):
             n_ok = by_kind.setdefault(kind, [0, 0])
             n_ok[0] += 1
             n_ok[1] += f["slo"] == o["slo"]
@@ -159,8 +170,8 @@ def main() -> None:
         near += sum(abs(o["ratio"] - 1.0) <= NEAR - 1.0 for _, _, o in misses)
         text = ", ".join(f"{d} {p}+{t} fluid {'pass' if f['slo'] else 'fail'} {f['ratio']:.3f} / events {o['ratio']:.3f}"
                          for (d, p, t), f, o in misses)
-        none = [d for d, dpts in kept[s[0]].items() if not dpts]
-        print(f"[scale] {s[0]}: pass/fail {len(pts) - len(misses)}/{len(pts)}" + (f"; misses: {text}" if misses else "")
+        none = [d for d, dpts in kept[key].items() if not dpts]
+        print(f"[scale] {key}: pass/fail {len(pts) - len(misses)}/{len(pts)}" + (f"; misses: {text}" if misses else "")
               + (f"; no frontier found in its columns: {', '.join(none)}" if none else ""), flush=True)
     if total:
         ok = agree / total >= TARGET and near == total - agree
