@@ -44,7 +44,8 @@ def version_cmd() -> None:
 @app.command("profiles")
 def profiles_cmd(
     action: Optional[str] = typer.Argument(
-        None, metavar="[fit FILE]", help="fit FILE: fit a serving stack to your own measured timings (a CSV)."),
+        None, metavar="[fit FILE | show]", help="fit FILE: fit a serving stack to your own measured timings (a CSV); "
+                                                "show: the prefill and decode times a plan would use, and their source."),
     measured: Optional[Path] = typer.Argument(None, metavar="", show_default=False),
     profiles: Optional[Path] = typer.Option(
         None, "--profiles", metavar="FILE",
@@ -52,9 +53,19 @@ def profiles_cmd(
              "token_time, tensor_parallel; times in ms). Default: the shipped perf_model.csv."),
     seed: int = typer.Option(0, "--seed", help="Seed of the 80:20 train:test split for the MAPE."),
     model: str = typer.Option("llama2-70b", "--model", metavar="NAME|CONFIG",
-                              help="fit: the model the timings were measured on (a name or a config.json)."),
-    machine: str = typer.Option("dgx-h100", "--machine", help="fit: the machine they were measured on (e.g. H100)."),
-    tp: int = typer.Option(8, "--tp", help="fit: the tensor parallelism they were measured at."),
+                              help="fit, show: the model the timings were measured on, or to show (a name or a "
+                                   "config.json)."),
+    machine: str = typer.Option("dgx-h100", "--machine", help="fit, show: the machine (e.g. H100)."),
+    tp: int = typer.Option(8, "--tp", help="fit, show: the tensor parallelism."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", metavar="bf16|fp8", help="show: the weights' precision."),
+    stack: Optional[str] = typer.Option(None, "--stack", metavar="NAME|FILE|aiconfigurator:BACKEND",
+                                        help="show: the latencies' stack, as the plan's --stack (default auto)."),
+    prompt_tokens: str = typer.Option("512,2048,8192", "--prompt-tokens", metavar="N,N",
+                                      help="show: prompt sizes of the prefill rows (one prompt each)."),
+    batch: str = typer.Option("1,32,128", "--batch", metavar="N,N", help="show: batch sizes of the decode rows."),
+    context: str = typer.Option("1024,8192", "--context", metavar="N,N",
+                                help="show: the KV tokens each decoding sequence holds (a source that reads it)."),
+    as_json: bool = typer.Option(False, "--json", help="show: print JSON ({source, rows}) instead of a table."),
     machines_file: Optional[Path] = typer.Option(None, "--machines-file", metavar="FILE",
                                                  help="fit: a machine TOML file with that machine's data sheet."),
     out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="fit: write the stack's TOML here, "
@@ -63,13 +74,17 @@ def profiles_cmd(
     """List the performance profiles, the latency model's held-out error (MAPE) and the analytic
     estimate's error on a GPU it was not fitted on; or fit a serving stack to your own timings.
 
-    e.g. `splitwise-plan profiles`, or `splitwise-plan profiles fit bench.csv --model llama-3.1-70b
+    e.g. `splitwise-plan profiles`, `splitwise-plan profiles fit bench.csv --model llama-3.1-70b
     --machine H100 --out mystack.toml` (columns prompt_size, batch_size, prompt_time, token_time in ms;
-    token_size optional).
+    token_size optional), or `splitwise-plan profiles show --model llama-3.1-70b --machine B200 --json`.
     """
+    if action == "show" and measured is None:
+        from splitwise_plan.cli.show import show
+        show(model, machine, tp, dtype, stack, prompt_tokens, batch, context, as_json, profiles, machines_file)
+        return
     if action is not None:
         if action != "fit" or measured is None:
-            raise SplitwisePlanError(f"profiles takes no argument but 'fit FILE', got {action!r}")
+            raise SplitwisePlanError(f"profiles takes no argument but 'fit FILE' or 'show', got {action!r}")
         _fit_stack(measured, model, machine, tp, machines_file, out)
         return
     _profiles_tables(profiles, seed)

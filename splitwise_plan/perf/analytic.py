@@ -153,6 +153,28 @@ def predict_times(arch: Architecture, accel: Accelerator, tp: int, stack: Stack,
     return prompt.reshape(s.shape), decode.reshape(s.shape)
 
 
+#: Batch tokens of :func:`curve_rows`: a prefill of that many tokens, a decode step of that many sequences.
+CURVE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096, 8192, 16384)
+#: The KV tokens per sequence of a decode step, where the stack is bound to no stream.
+DECODE_CONTEXT = 1024
+
+
+def curve_rows(arch: Architecture, accel: Accelerator, tp: int, stack: Stack) -> list[dict]:
+    """Rows in the ``perf_model.csv`` schema (ms) as the simulators' latency model reads them: at batch tokens
+    ``x``, the prefill of one prompt of ``x`` tokens and the decode step of ``x`` sequences, each holding the
+    stack's bound context (:meth:`Stack.with_context`; else ``DECODE_CONTEXT``). (Rows of the reference's grid,
+    :func:`estimate_rows`, put a batch of ``b`` decodes at ``b`` times its prompt size: read by the number of
+    decodes, their step was flat from 1 to 128.)"""
+    _check(arch, accel, tp)
+    x = np.array(CURVE_SIZES, dtype=np.float64)
+    context = float(stack.context_tokens or DECODE_CONTEXT)
+    prompt, _ = predict_times(arch, accel, tp, stack, x, 1.0, 0.0)
+    _, decode = predict_times(arch, accel, tp, stack, context, x, 0.0)
+    return [dict(model=arch.name, hardware=accel.name, prompt_size=int(v), batch_size=1, token_size=1,
+                 prompt_time=float(p), token_time=float(d), tensor_parallel=int(tp))
+            for v, p, d in zip(CURVE_SIZES, prompt, decode)]
+
+
 def estimate_rows(arch: Architecture, accel: Accelerator, tp: int, stack: Stack,
                   grid=SHIPPED_GRID) -> list[dict]:
     """Synthetic profile rows (the ``perf_model.csv`` schema, times in ms) over ``grid`` of

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.perf.analytic import Accelerator, Architecture, estimate_rows
+from splitwise_plan.perf.analytic import Accelerator, Architecture, curve_rows
 from splitwise_plan.perf.latency_model import LatencyModel
 from splitwise_plan.perf.stack import Stack, load_stack
 
@@ -86,7 +86,7 @@ def _estimate_rows(model, machine, tensor_parallel: int, stack: Stack | None) ->
     if hasattr(stack, "rows"):   # aiconfigurator's
         return stack.rows(model, machine, int(tensor_parallel))
     stack = stack if stack is not None else load_stack()
-    rows = estimate_rows(architecture_of(model), accelerator_of(machine), int(tensor_parallel), stack)
+    rows = curve_rows(architecture_of(model), accelerator_of(machine), int(tensor_parallel), stack)
     version = f", {stack.version}" if getattr(stack, "version", "") else ""
     return rows, f"estimated from data sheets (stack {stack.name}{version})"
 

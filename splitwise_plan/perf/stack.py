@@ -9,6 +9,7 @@ transfers to GPUs nobody profiled. The shipped ones are in ``profiles/stacks/``:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -53,6 +54,8 @@ class Stack:
     cap_slowdown: float = 1.0
     source: str = ""
     version: str = ""   # the engine and version a preset was fitted on, for reports ('' the paper's 2023 stack)
+    #: the KV tokens each sequence of an estimated decode step holds (None: not bound to a stream yet)
+    context_tokens: int | None = field(default=None, compare=False)
     #: {held-out GPU: its errors} of a fit that saw neither that GPU nor the models asked for (a shipped
     #: preset's, written when it was fitted: benchmarks/fit_stack_presets.py)
     held_out: dict = field(default_factory=dict, compare=False, repr=False)
@@ -66,6 +69,10 @@ class Stack:
                 raise SplitwisePlanError(f"stack {self.name!r}: {name} out of range: {value}")
         if self.cap_slowdown < 1:
             raise SplitwisePlanError(f"stack {self.name!r}: cap_slowdown must be at least 1, got {self.cap_slowdown}")
+
+    def with_context(self, tokens: float) -> "Stack":
+        """The same stack, its estimated decode steps read at ``tokens`` of context per sequence."""
+        return dataclasses.replace(self, context_tokens=max(1, int(round(tokens))))
 
     def parameters(self) -> dict:
         """The numeric parameters by name, in the order of ``PARAMETER_DOCS``."""

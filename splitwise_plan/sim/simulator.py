@@ -29,6 +29,7 @@ from splitwise_plan.inputs.workloads import RequestStream
 from splitwise_plan.perf.latency_model import reference_latencies
 from splitwise_plan.perf.profiles import ProfileSet
 from splitwise_plan.perf.sources import for_requests, reference_latency, sourced_latency
+from splitwise_plan.perf.stack import load_stack
 from splitwise_plan.sim.cluster import Cluster, Pool, SchedulerConfig, instance_layout
 from splitwise_plan.sim.metrics import PERCENTILES, Verdict, percentiles, request_latencies
 from splitwise_plan.sim.records import from_json, to_json
@@ -316,7 +317,8 @@ class Simulator:
             raise SplitwisePlanError("the request stream is empty")
         self.stream = stream
         self.model: ModelSpec = model
-        self.stack = for_requests(stack, stream)   # the serving stack of estimated latencies (None: the shipped default)
+        # the serving stack of estimated latencies (None: the shipped default), its decodes at the stream's context
+        self.stack = for_requests(stack if stack is not None else load_stack(), stream)
         self.tensor_parallel = whole_number(tensor_parallel, "tensor_parallel", 1, 1024)
         self.profiles = profiles if profiles is not None else ProfileSet.load()
         self.machines = with_short_names(dict(machines) if machines is not None else dict(BUILTIN_MACHINES))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from splitwise_plan.cli import main
@@ -13,7 +14,7 @@ from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.inputs.machines import BUILTIN_MACHINES
 from splitwise_plan.inputs.models import get_model
 from splitwise_plan.inputs.workloads import load_workload
-from splitwise_plan.perf.analytic import estimate_rows
+from splitwise_plan.perf.analytic import DECODE_CONTEXT, curve_rows, predict_times
 from splitwise_plan.perf.profiles import ProfileSet, load_profiles
 from splitwise_plan.perf.sources import (
     ESTIMATED,
@@ -45,11 +46,16 @@ def test_a_model_no_profile_measured_is_estimated_from_the_data_sheet():
     model, h200 = get_model("llama-3.1-70b"), BUILTIN_MACHINES["dgx-h200"]
     got = sourced_latency(load_profiles(), model, h200, 8)
     assert got.kind == ESTIMATED and got.detail == "estimated from data sheets (stack paper-2023)"
-    rows = estimate_rows(architecture_of(model), accelerator_of(h200), 8, load_stack())
-    direct = ProfileSet(pd.DataFrame(rows)).latency_model(model.name, "h200-141gb", 8)
+    arch, accel = architecture_of(model), accelerator_of(h200)
+    direct = ProfileSet(pd.DataFrame(curve_rows(arch, accel, 8, load_stack()))).latency_model(model.name, "h200-141gb", 8)
     for x in (128, 1024, 8192):
         assert got.latency.prompt_time(x) == pytest.approx(direct.prompt_time(x), rel=1e-12)
         assert got.latency.token_time(x) == pytest.approx(direct.token_time(x), rel=1e-12)
+    # a step of n decodes is the analytic model's step of n sequences at 1,024 tokens of context each: it grows
+    # with the batch (the reference's grid of rows had it flat from 1 to 128 decodes)
+    _, step = predict_times(arch, accel, 8, load_stack(), DECODE_CONTEXT, np.array([1, 32, 128]), 0)
+    assert [got.latency.token_time(n) * 1e3 for n in (1, 32, 128)] == pytest.approx(list(step), rel=1e-9)
+    assert step[0] < step[1] < step[2]
     sim = Simulator(STREAM, model)
     assert sim.latency_source(h200).kind == ESTIMATED and sim.reference_source.startswith("estimated")
 

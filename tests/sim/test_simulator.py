@@ -73,6 +73,7 @@ def test_fluid_runs_no_more_decodes_on_a_machine_than_a_batch_holds():
     # requests beside the weights, 4x the 512 decodes one iteration runs. With 13+1 machines at 100
     # req/s the one token machine fills; the fluid model ran all its decodes at full speed and passed
     # TBT P90 at 0.48 of its limit, where the event simulator reads 4.42 (examples/: "failed 13+1 (442%)").
+    # (With decode steps that grow with the batch, the fluid model now reads it higher than events do.)
     from splitwise_plan.planning.request import Inputs, PlanRequest
     req = PlanRequest(goal="min-cost", rps=100, designs="H200:H200", seeds=1, model="llama-3.1-70b",
                       workload="conversation", duration=60, stack="paper-2023")   # (the regime is the 2023 stack's)
@@ -80,8 +81,8 @@ def test_fluid_runs_no_more_decodes_on_a_machine_than_a_batch_holds():
     stream = inputs.stream(100, 0)
     fluid, oracle = (inputs.simulator(stream, m).run("H200:H200", 13, 1) for m in ("fluid", "events"))
     assert not oracle.slo_met and not fluid.slo_met
-    assert fluid.tightest_slo == oracle.tightest_slo == "tbt_p90"
-    assert fluid.tightest["ratio"] == pytest.approx(oracle.tightest["ratio"], rel=0.1)   # 2.19 and 2.10
+    assert fluid.tightest_slo == oracle.tightest_slo
+    assert fluid.tightest["ratio"] > 0.9 * oracle.tightest["ratio"] > 2   # far past it in both (3.24 and 2.44)
 
 
 @pytest.mark.parametrize("method", ["events", "fluid"])
