@@ -115,7 +115,7 @@ def resolve_stack(spec, profiles, model) -> tuple[object, str]:
 
 def for_requests(stack, requests):
     """``stack`` with its decode steps read at the mean context of ``requests`` (a workload or a stream: the
-    prompt and half the output), where it reads context (aiconfigurator's) and is not bound yet; else itself."""
+    prompt and half the output), where it is not bound to one yet; else itself (None stays None)."""
     if getattr(stack, "context_tokens", 0) is not None or requests is None:
         return stack
     import numpy as np

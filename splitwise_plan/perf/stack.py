@@ -113,7 +113,8 @@ def load_stack(path_or_name: str | Path | None = None) -> Stack:
         text = ALIASES.get(text.lower(), text)
         path = data_dir("profiles") / STACKS_FOLDER / f"{text}.toml"
         if not path.is_file():
-            raise SplitwisePlanError(f"no shipped stack named {text!r} ({path}); give a TOML file's path")
+            raise SplitwisePlanError(f"no shipped stack named {text!r}; valid: auto, {', '.join(shipped_stacks())} "
+                                     "(or default), aiconfigurator:BACKEND[@VERSION], or a stack TOML file's path")
     else:
         path = Path(path_or_name)
     doc = read_toml(path, "stack")

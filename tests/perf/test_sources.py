@@ -185,3 +185,6 @@ def test_default_is_the_papers_stack_by_its_old_name():
     paper = load_stack("paper-2023")
     assert paper.name == "paper-2023" and load_stack("default").parameters() == paper.parameters()
     assert load_stack().parameters() == paper.parameters()
+    with pytest.raises(SplitwisePlanError, match=r"no shipped stack named 'vlm'; valid: auto, paper-2023, sglang, "
+                                                  r"trtllm, vllm \(or default\)"):
+        load_stack("vlm")
