@@ -44,7 +44,8 @@ def version_cmd() -> None:
 @app.command("profiles")
 def profiles_cmd(
     action: Optional[str] = typer.Argument(
-        None, metavar="[fit FILE | show]", help="fit FILE: fit a serving stack to your own measured timings (a CSV); "
+        None, metavar="[fit FILE | show]", help="fit FILE: fit a serving stack to your own measured timings (a CSV, or "
+                                                "SGLang bench_one_batch's --result-filename JSON lines); "
                                                 "show: the prefill and decode times a plan would use, and their source."),
     measured: Optional[Path] = typer.Argument(None, metavar="", show_default=False),
     profiles: Optional[Path] = typer.Option(
@@ -159,36 +160,28 @@ def _preset_errors() -> None:
 
 def _fit_stack(measured: Path, model: str, machine: str, tp: int, machines_file: Optional[Path],
                out: Optional[Path]) -> None:
-    """Fit a stack to a CSV of measured prompt and decode timings of ``model`` on ``machine`` at ``tp``."""
+    """Fit a stack to measured prompt and decode timings of ``model`` on ``machine`` at ``tp``: a CSV, or SGLang
+    bench_one_batch's results (:mod:`splitwise_plan.inputs.timings`)."""
     from splitwise_plan.inputs.machines import load_machines, machine_by_name
     from splitwise_plan.inputs.models import get_model
-    from splitwise_plan.inputs.paths import user_file
-    from splitwise_plan.inputs.tables import numeric_column, read_user_csv
+    from splitwise_plan.inputs.timings import read_timings
     from splitwise_plan.perf.analytic import fit_stack, predict_times
     from splitwise_plan.perf.sources import accelerator_of, architecture_of
     from splitwise_plan.report.files import atomic_write_text
 
     spec, m = get_model(model), machine_by_name(load_machines(machines_file), machine)
     arch, accel = architecture_of(spec), accelerator_of(m)
-    path = user_file(measured, "measured timings")
-    df = read_user_csv(path, "measured timings")
-    missing = [c for c in ("prompt_size", "batch_size", "prompt_time", "token_time") if c not in df.columns]
-    if missing:
-        raise SplitwisePlanError(f"measured timings {path} lack column(s) {', '.join(missing)}; need prompt_size, "
-                                 "batch_size, prompt_time and token_time (ms), token_size optional")
-    cols = {c: numeric_column(df, c, path, "measured timings", integer=c.endswith("size"))
-            for c in ("prompt_size", "batch_size", "prompt_time", "token_time")}
-    cols["token_size"] = (numeric_column(df, "token_size", path, "measured timings", integer=True)
-                          if "token_size" in df.columns else [128] * len(df))
+    cols, kind = read_timings(measured)
+    path = Path(measured)
     import pandas as pd
     rows = pd.DataFrame({"model": arch.name, "hardware": accel.name, "tensor_parallel": int(tp), **cols})
     stack = fit_stack(rows, {arch.name: arch}, {accel.name: accel}, name=(out.stem if out else "fitted"),
-                      source=f"fitted by splitwise-plan profiles fit on {path} ({spec.name} on {m.name}, TP{tp})")
+                      source=f"fitted by splitwise-plan profiles fit on {path}, {kind} ({spec.name} on {m.name}, TP{tp})")
     prompt, decode = predict_times(arch, accel, int(tp), stack, rows["prompt_size"], rows["batch_size"],
                                    rows["token_size"])
     err = [100 * abs(p / a - 1) for p, a in zip(list(prompt) + list(decode),
                                                 list(rows["prompt_time"]) + list(rows["token_time"]))]
-    console().print(f"fitted on {len(rows)} rows of {path}: median error {sorted(err)[len(err) // 2]:.1f}%, "
+    console().print(f"fitted on {len(rows)} rows of {path} ({kind}): median error {sorted(err)[len(err) // 2]:.1f}%, "
                     f"largest {max(err):.1f}%", highlight=False)
     if out is None:
         typer.echo(stack.to_toml(), nl=False)

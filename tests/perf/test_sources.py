@@ -188,3 +188,52 @@ def test_default_is_the_papers_stack_by_its_old_name():
     with pytest.raises(SplitwisePlanError, match=r"no shipped stack named 'vlm'; valid: auto, paper-2023, sglang, "
                                                   r"trtllm, vllm \(or default\)"):
         load_stack("vlm")
+
+
+def _sglang_runs(stack_name: str) -> list[dict]:
+    """What SGLang's bench_one_batch appends to its --result-filename, one JSON object a line (keys and units as
+    python/sglang/bench_one_batch.py's latency_test_run_once records them: seconds), for Llama-3.1-70B on an
+    H100 at TP8 timed as the named stack predicts them (the truth a fit must recover)."""
+    from splitwise_plan.perf.analytic import predict_times
+    from splitwise_plan.perf.sources import accelerator_of, architecture_of
+    arch, accel = architecture_of(get_model("llama-3.1-70b")), accelerator_of(BUILTIN_MACHINES["dgx-h100"])
+    runs = []
+    for bs in (1, 8, 32, 64):
+        for il in (256, 1024, 4096):
+            for ol in (1, 256):
+                prompt, decode = predict_times(arch, accel, 8, load_stack(stack_name), il, bs, ol)
+                run = {"run_name": "test_run", "batch_size": bs, "input_len": il, "output_len": ol,
+                       "prefill_latency": float(prompt) / 1e3, "prefill_throughput": il * bs / (float(prompt) / 1e3)}
+                if ol > 1:   # (bench_one_batch records a decode median only where there is a decode step)
+                    run |= {"median_decode_latency": float(decode) / 1e3,
+                            "median_decode_throughput": bs / (float(decode) / 1e3)}
+                run |= {"total_latency": 1.0, "overall_throughput": 1.0}
+                runs.append(run)
+    return runs
+
+
+def test_profiles_fit_reads_sglang_bench_one_batch_results(tmp_path, capsys):
+    bench = tmp_path / "results.jsonl"
+    bench.write_text("".join(json.dumps(r) + "\n" for r in _sglang_runs("vllm")))
+    out_toml = tmp_path / "sgl.toml"
+    code = main(["profiles", "fit", str(bench), "--model", "llama-3.1-70b", "--machine", "H100", "--out",
+                 str(out_toml)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "fitted on 12 rows" in out and "(SGLang bench_one_batch)" in out   # (the 12 of output_len 1 left out)
+    assert float(out.split("median error ")[1].split("%")[0]) < 2.0          # it recovers the stack it was timed at
+    assert "SGLang bench_one_batch" in load_stack(out_toml).source
+
+
+@pytest.mark.parametrize("line, needle", [
+    ('{"batch_size": 1, "input_len": 512}', "line 1: no output_len, prefill_latency"),
+    ('{"batch_size": 1, "input_len": 512, "output_len": 8, "prefill_latency": 0.05, "median_decode_latency": -1}',
+     "line 1: median_decode_latency must be a positive number, got -1"),
+    ('{"batch_size": 1, "input_len": 512, "output_len": 1, "prefill_latency": 0.05}', "no run with a decode step"),
+])
+def test_a_bad_sglang_result_is_one_line(tmp_path, capsys, line, needle):
+    bench = tmp_path / "bad.jsonl"
+    bench.write_text(line + "\n")
+    assert main(["profiles", "fit", str(bench), "--model", "llama-3.1-70b", "--machine", "H100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and str(bench) in err[0]
