@@ -17,7 +17,7 @@ from splitwise_plan.cli.output import note
 from splitwise_plan.cli.progress import progress
 from splitwise_plan.errors import SplitwisePlanError, plural
 from splitwise_plan.inputs.designs import Design, pool_size
-from splitwise_plan.perf.stack import DEFAULT_STACK
+from splitwise_plan.perf.sources import stack_label
 from splitwise_plan.sim.cluster import SchedulerConfig
 
 
@@ -78,10 +78,8 @@ class Inputs:
             extra["latency_sources"] = self.latency_sources(design)
         if self.model_spec is not None and self.model_spec.dtype != get_model(self.model).dtype:
             extra["dtype"] = self.model_spec.dtype   # (only when asked for: reports of the defaults read as before)
-        if self.stack is not None and not self.stack_why:   # (asked for: the paper's reports read as before)
-            extra["stack"] = self.stack.source
-        elif self.stack_why and self.stack.name != DEFAULT_STACK:   # auto chose today's preset: which and why
-            extra["stack"] = f"{self.stack.name} ({self.stack_why})"
+        if stack_label(self.stack, self.stack_why):
+            extra["stack"] = stack_label(self.stack, self.stack_why)
         return report_inputs(model=self.model, tensor_parallel=self.tensor_parallel, workload=self.workload,
                              trace=self.trace, rate=self.rate, duration_s=self.duration_s, seed=self.seed,
                              requests=len(self.stream) if self.stream is not None else None,

@@ -31,17 +31,18 @@ def whole_numbers(text: str, flag: str) -> list[int]:
 def latency_rows(model, machine, tp: int, profiles, stack, prompt_tokens, batches, contexts) -> dict:
     """``{"source": ..., "rows": [...]}``: the prefill of one prompt of each size, and the decode step of each batch
     at each context (the KV tokens each sequence holds), as the plan's simulators read them from the source."""
+    from types import SimpleNamespace
+
     from splitwise_plan.perf.sources import for_requests, sourced_latency
 
-    class _Requests:   # a stream whose mean context is ``c`` (a source that reads context is bound to it)
-        def __init__(self, c):
-            self.prompt_tokens, self.output_tokens = [c], [0]
+    def at(c):   # the source bound to requests of mean context ``c``
+        return for_requests(stack, SimpleNamespace(prompt_tokens=[c], output_tokens=[0]))
 
-    first = sourced_latency(profiles, model, machine, tp, for_requests(stack, _Requests(contexts[0])))
+    first = sourced_latency(profiles, model, machine, tp, at(contexts[0]))
     rows = [{"phase": "prefill", "batch": 1, "tokens": int(n), "ms": float(first.latency.prompt_time(n)) * 1e3}
             for n in prompt_tokens]
     for c in contexts:
-        lm = sourced_latency(profiles, model, machine, tp, for_requests(stack, _Requests(c))).latency
+        lm = sourced_latency(profiles, model, machine, tp, at(c)).latency
         rows += [{"phase": "decode", "batch": int(b), "context": int(c), "ms": float(lm.token_time(b)) * 1e3}
                  for b in batches]
     reads_context = hasattr(stack, "with_context") and first.kind != "measured"   # (aiconfigurator's kernels)

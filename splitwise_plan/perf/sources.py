@@ -113,6 +113,15 @@ def resolve_stack(spec, profiles, model) -> tuple[object, str]:
     return load_stack(PRESET), f"auto: no profile measured {model.name}, so today's {PRESET} preset"
 
 
+def stack_label(stack, why: str) -> str | None:
+    """What a report says of its stack: the one asked for (its source); auto's choice of a preset, and why; or
+    None for auto's choice of the paper's stack (so that the paper's reports read as before)."""
+    from splitwise_plan.perf.stack import DEFAULT_STACK
+    if stack is None or (why and stack.name == DEFAULT_STACK):
+        return None
+    return f"{stack.name} ({why})" if why else stack.source
+
+
 def for_requests(stack, requests):
     """``stack`` with its decode steps read at the mean context of ``requests`` (a workload or a stream: the
     prompt and half the output), where it is not bound to one yet; else itself (None stays None)."""

@@ -30,8 +30,7 @@ from dataclasses import replace
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.inputs.budget import parse_budget
 from splitwise_plan.inputs.designs import MAX_POOL, get_design
-from splitwise_plan.perf.sources import latency_sources
-from splitwise_plan.perf.stack import DEFAULT_STACK
+from splitwise_plan.perf.sources import latency_sources, stack_label
 from splitwise_plan.planning.budget import plan_budget
 from splitwise_plan.planning.confirm import Confirmer, OverSeeds, Pool
 from splitwise_plan.planning.iso import plan_iso
@@ -357,10 +356,8 @@ def inputs_block(req: PlanRequest, inputs: Inputs, search_method: str) -> dict:
         spec = req.budget_power if req.objective == "power" else req.budget_cost
         amount = parse_budget(spec, req.objective, inputs.machines)
         extra["budget"] = {"objective": req.objective, "amount": round(amount, 9)}
-    if req.stack is not None and not inputs.stack_why:   # (only when asked for: the paper's reports read as before)
-        extra["stack"] = inputs.stack.source
-    elif inputs.stack_why and inputs.stack.name != DEFAULT_STACK:   # auto chose today's preset: which and why
-        extra["stack"] = f"{inputs.stack.name} ({inputs.stack_why})"
+    if stack_label(inputs.stack, inputs.stack_why):
+        extra["stack"] = stack_label(inputs.stack, inputs.stack_why)
     return _inputs(model=req.model, tensor_parallel=req.tp, workload=input_label(workload),
                    trace=input_label(req.trace), rate=rate, duration_s=duration, seed=seed, requests=requests,
                    slo_file=input_label(req.slos), slos=inputs.slos, machines_file=input_label(req.machines_file),
