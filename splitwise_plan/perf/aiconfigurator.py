@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.perf.latency_model import DECODE_CONTEXT, phase_rows
 
 PREFIX = "aiconfigurator:"
 EXTRA = "splitwise-plan[aiconfigurator]"
@@ -37,8 +38,6 @@ ARCHITECTURES = {"LlamaForCausalLM": "LlamaForCausalLM", "MistralForCausalLM": "
 #: Batch tokens of the rows: a prefill of that many tokens, a decode step of that many sequences.
 BATCH_TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
                 8192, 16384)
-#: KV tokens each sequence of a decode step holds, where no request stream gives its own.
-DECODE_CONTEXT = 1024
 
 
 @dataclass(frozen=True)
@@ -88,9 +87,7 @@ class AIConfiguratorStack:
         cap = machine.power_cap
         if cap is not None and cap < 1:
             prefill = prefill * (1.0 + (self.cap_slowdown - 1.0) * (1.0 - cap) / (1.0 - self.cap_reference))
-        rows = [dict(model=model.name, hardware=machine.hardware, prompt_size=x, batch_size=1, token_size=1,
-                     prompt_time=float(p), token_time=float(d), tensor_parallel=int(tensor_parallel))
-                for x, p, d in zip(BATCH_TOKENS, prefill, decode)]
+        rows = phase_rows(model.name, machine.hardware, tensor_parallel, BATCH_TOKENS, prefill, decode)
         capped = f", prefill slowed for the {cap:.0%} power cap" if cap is not None and cap < 1 else ""
         return rows, (f"aiconfigurator-core {_core_version()}, {self.backend} {version} on {system} (decode at "
                       f"{context:,} tokens of context{capped})")

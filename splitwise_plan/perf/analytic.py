@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.perf.latency_model import DECODE_CONTEXT, phase_rows
 from splitwise_plan.perf.stack import CAP_REFERENCE, PARAMETER_DOCS, Stack
 
 if TYPE_CHECKING:
@@ -155,8 +156,6 @@ def predict_times(arch: Architecture, accel: Accelerator, tp: int, stack: Stack,
 
 #: Batch tokens of :func:`curve_rows`: a prefill of that many tokens, a decode step of that many sequences.
 CURVE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096, 8192, 16384)
-#: The KV tokens per sequence of a decode step, where the stack is bound to no stream.
-DECODE_CONTEXT = 1024
 
 
 def curve_rows(arch: Architecture, accel: Accelerator, tp: int, stack: Stack) -> list[dict]:
@@ -170,9 +169,7 @@ def curve_rows(arch: Architecture, accel: Accelerator, tp: int, stack: Stack) ->
     context = float(stack.context_tokens or DECODE_CONTEXT)
     prompt, _ = predict_times(arch, accel, tp, stack, x, 1.0, 0.0)
     _, decode = predict_times(arch, accel, tp, stack, context, x, 0.0)
-    return [dict(model=arch.name, hardware=accel.name, prompt_size=int(v), batch_size=1, token_size=1,
-                 prompt_time=float(p), token_time=float(d), tensor_parallel=int(tp))
-            for v, p, d in zip(CURVE_SIZES, prompt, decode)]
+    return phase_rows(arch.name, accel.name, tp, CURVE_SIZES, prompt, decode)
 
 
 def estimate_rows(arch: Architecture, accel: Accelerator, tp: int, stack: Stack,

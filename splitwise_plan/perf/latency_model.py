@@ -14,6 +14,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+#: The KV tokens each sequence of an estimated decode step holds, where no request stream gives its own.
+DECODE_CONTEXT = 1024
+
+
+def phase_rows(model: str, hardware: str, tensor_parallel: int, sizes, prefill_ms, decode_ms) -> list[dict]:
+    """Profile rows (the ``perf_model.csv`` schema) that put the prefill of ``x`` tokens and the decode step of ``x``
+    sequences at batch tokens ``x``, as this model reads them, for each ``x`` of ``sizes`` (an estimate's rows)."""
+    return [dict(model=model, hardware=hardware, prompt_size=int(x), batch_size=1, token_size=1, prompt_time=float(p),
+                 token_time=float(d), tensor_parallel=int(tensor_parallel))
+            for x, p, d in zip(sizes, prefill_ms, decode_ms)]
+
 MIXED_BATCH_FACTOR = 1.1
 
 

@@ -10,6 +10,7 @@ transfers to GPUs nobody profiled. The shipped ones are in ``profiles/stacks/``:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -110,13 +111,22 @@ def load_stack(path_or_name: str | Path | None = None) -> Stack:
     if aiconfigurator.is_spec(path_or_name):
         return aiconfigurator.parse_spec(text, cap_slowdown=load_stack().cap_slowdown, cap_reference=CAP_REFERENCE)
     if isinstance(path_or_name, str) and "/" not in text and not text.endswith(".toml"):
-        text = ALIASES.get(text.lower(), text)
-        path = data_dir("profiles") / STACKS_FOLDER / f"{text}.toml"
-        if not path.is_file():
-            raise SplitwisePlanError(f"no shipped stack named {text!r}; valid: auto, {', '.join(shipped_stacks())} "
-                                     "(or default), aiconfigurator:BACKEND[@VERSION], or a stack TOML file's path")
-    else:
-        path = Path(path_or_name)
+        return _shipped(ALIASES.get(text.lower(), text))
+    return _read(Path(path_or_name))
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped(name: str) -> Stack:
+    """A shipped stack, read once per process (a plan builds many simulators)."""
+    path = data_dir("profiles") / STACKS_FOLDER / f"{name}.toml"
+    if not path.is_file():
+        raise SplitwisePlanError(f"no shipped stack named {name!r}; valid: auto, {', '.join(shipped_stacks())} "
+                                 "(or default), aiconfigurator:BACKEND[@VERSION], or a stack TOML file's path")
+    return _read(path)
+
+
+def _read(path: Path) -> Stack:
+    """The stack of the TOML file at ``path``."""
     doc = read_toml(path, "stack")
     known = {f.name for f in fields(Stack)}
     unknown = sorted(set(doc) - known)
