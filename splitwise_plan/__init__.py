@@ -20,6 +20,7 @@ _EXPORTS = {
     "inputs.slos": ("SLO", "SLOSet", "load_slos"),
     "inputs.workloads": ("Workload", "RequestStream", "load_workload", "load_trace", "workload_names"),
     "inputs.budget": ("parse_budget",),
+    "inputs.serving_bench": ("ServingBenchmark", "read_serving_benchmark"),
     "perf.latency_model": ("LatencyModel", "PhaseCurve", "reference_latencies"),
     "perf.profiles": ("ProfileSet", "ProfileEntry", "ProfileAccuracy", "load_profiles", "profile_accuracy"),
     "sim.cluster": ("SchedulerConfig",),
@@ -27,6 +28,7 @@ _EXPORTS = {
     "planning.planner": ("plan",),
     "planning.request": ("PlanRequest",),
     "planning.result": ("PlanResult", "DesignPlan"),
+    "planning.calibrate": ("Calibration", "calibrate"),
     "report.plan": ("render_plan", "plan_report", "write_reports"),
 }
 _RENAMED = {"render_plan": "render"}   # exported under another name than its module's
@@ -55,10 +57,12 @@ if TYPE_CHECKING:   # what static tools and IDEs see: the same names, imported e
     from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine, get_machine, load_machines
     from splitwise_plan.inputs.models import BUILTIN_MODELS, ModelSpec, get_model
     from splitwise_plan.inputs.paths import data_dir, data_file
+    from splitwise_plan.inputs.serving_bench import ServingBenchmark, read_serving_benchmark
     from splitwise_plan.inputs.slos import SLO, SLOSet, load_slos
     from splitwise_plan.inputs.workloads import RequestStream, Workload, load_trace, load_workload, workload_names
     from splitwise_plan.perf.latency_model import LatencyModel, PhaseCurve, reference_latencies
     from splitwise_plan.perf.profiles import ProfileAccuracy, ProfileEntry, ProfileSet, load_profiles, profile_accuracy
+    from splitwise_plan.planning.calibrate import Calibration, calibrate
     from splitwise_plan.planning.planner import plan
     from splitwise_plan.planning.request import PlanRequest
     from splitwise_plan.planning.result import DesignPlan, PlanResult

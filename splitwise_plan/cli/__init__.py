@@ -4,7 +4,7 @@ Every command reports a ``SplitwisePlanError`` as one line ``error: <message>`` 
 with status 2; the exit statuses (:data:`.app.EXIT_CODES`) end every command's help. :mod:`.app` holds the ``app`` and its error handling; :mod:`.options`, :mod:`.output`
 and :mod:`.inputs` what the commands share; one module per command group registers its commands on
 ``app`` when imported here: :mod:`.plan` (the root planner), :mod:`.catalog`, :mod:`.simulate`
-(simulate, sweep), :mod:`.check` (check, capacity) and :mod:`.worker`. :func:`main` is the entry point.
+(simulate, sweep), :mod:`.check` (check, capacity), :mod:`.calibrate` and :mod:`.worker`. :func:`main` is the entry point.
 """
 
 import importlib
@@ -13,7 +13,7 @@ from splitwise_plan.cli.app import app
 from splitwise_plan.cli.main import main
 
 #: The command modules, in the order ``--help`` lists their commands; importing one registers them on ``app``.
-COMMAND_MODULES = ("plan", "catalog", "simulate", "check", "worker")
+COMMAND_MODULES = ("plan", "catalog", "simulate", "check", "calibrate", "worker")
 for _module in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_module}")
 

@@ -10,12 +10,14 @@ Its modules, each importing only those listed before it:
 - :mod:`.confirm`: the confirm simulator's re-check of an answer (:class:`~.confirm.Confirmer`);
 - :mod:`.stored`: a search kept in a storage, the question a worker rebuilds;
 - :mod:`.iso`: the min-cost and min-power goals; :mod:`.budget`: the max-throughput goal;
-- :mod:`.planner`: :func:`plan`, which runs every design and ranks them.
+- :mod:`.planner`: :func:`plan`, which runs every design and ranks them;
+- :mod:`.calibrate`: :func:`calibrate`, the simulator beside a serving benchmark of one server.
 
 This package's public API is below. Imports only the layers below it: search, sim, perf, inputs and
 errors.
 """
 
+from splitwise_plan.planning.calibrate import Calibration, calibrate
 from splitwise_plan.planning.objectives import REFERENCE_GRID, gain_text
 from splitwise_plan.planning.planner import inputs_block, plan
 from splitwise_plan.planning.request import (
@@ -29,5 +31,6 @@ from splitwise_plan.planning.request import (
 )
 from splitwise_plan.planning.result import DesignPlan, PlanResult, json_number
 
-__all__ = ["ALL_DESIGNS", "GOALS", "REFERENCE_GRID", "DesignPlan", "Inputs", "PlanRequest", "PlanResult",
-           "gain_text", "input_label", "inputs_block", "json_number", "parse_designs", "plan", "stream_of"]
+__all__ = ["ALL_DESIGNS", "GOALS", "REFERENCE_GRID", "Calibration", "DesignPlan", "Inputs", "PlanRequest", "PlanResult",
+           "calibrate", "gain_text", "input_label", "inputs_block", "json_number", "parse_designs", "plan",
+           "stream_of"]
