@@ -3,7 +3,8 @@
 ``40xH100`` means the cost (``--budget-cost``) or the provisioned power
 (``--budget-power``) of 40 DGX-H100 machines; terms may be added, as in
 ``20xH100+30xA100``. Machine names are those of the catalog (``dgx-h100``, or a
-machine of ``--machines-file``) or the short forms ``A100``, ``H100``, ``H100cap``.
+machine of ``--machines-file``) or the short forms ``A100``, ``H100``, ``H100cap`` and
+the built-in machines' short names (``B300``, ``GB200``, ``L40S``: ``SHORT_NAMES``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 import re
 
 from splitwise_plan.errors import SplitwisePlanError, choices, input_name
+from splitwise_plan.inputs.designs import SHORT_NAMES
 from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine
 
 BUDGET_KINDS = ("cost", "power")
@@ -21,10 +23,11 @@ _TERM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[x\*]\s*([A-Za-z0-9_.\-]+)\s*$", re.I
 
 
 def resolve_machine(name: str, machines: dict[str, Machine] | None = None) -> Machine:
-    """A machine by catalog name or short form (A100, H100, H100cap), in any case."""
+    """A machine by catalog name or short form (A100, H100, H100cap, GB200: ``SHORT_NAMES``), in any case."""
     pool = BUILTIN_MACHINES if machines is None else machines
     key = name.strip()
-    for cand in (key, key.lower(), SHORT_MACHINES.get(key.lower(), ""), f"dgx-{key.lower()}"):
+    for cand in (key, key.lower(), SHORT_MACHINES.get(key.lower(), ""), SHORT_NAMES.get(key.lower(), ""),
+                 f"dgx-{key.lower()}"):
         if cand in pool:
             return pool[cand]
     raise SplitwisePlanError(

@@ -45,7 +45,8 @@ DESIGNS: dict[str, Design] = {
 
 #: Short names of the built-in machine types, as a design's pools may name them (``H100:H200``).
 SHORT_NAMES = {"a100": "dgx-a100", "h100": "dgx-h100", "h100cap": "dgx-h100-cap", "h100-cap": "dgx-h100-cap",
-               "h100pcap": "dgx-h100-cap", "h200": "dgx-h200", "b200": "dgx-b200", "mi300x": "mi300x-8"}
+               "h100pcap": "dgx-h100-cap", "h200": "dgx-h200", "b200": "dgx-b200", "b300": "dgx-b300",
+               "gb200": "gb200-8", "mi300x": "mi300x-8", "l40s": "l40s-8"}
 
 _BUILTIN_SHORT = {"a100": "dgx-a100", "h100": "dgx-h100"}
 

@@ -1,7 +1,8 @@
-"""Machines: one 8-GPU server (DGX A100/H100/H200/B200, an MI300X platform), its GPUs and memory, the
-data-sheet numbers of its GPUs (HBM bandwidth, dense bf16/fp8 TFLOPS, GPU-to-GPU bandwidth, power cap),
-its price per hour and provisioned power (in named units, USD/h and kW by default), and where those
-numbers come from; the machine files that override or extend the catalog, and short names (``H200``)."""
+"""Machines: one 8-GPU server (DGX A100/H100/H200/B200/B300, an 8-GPU slice of a GB200 NVL72 rack, an MI300X
+platform, an 8x L40S PCIe server), its GPUs and memory, the data-sheet numbers of its GPUs (HBM bandwidth,
+dense bf16/fp8 TFLOPS, GPU-to-GPU bandwidth, power cap), its price per hour and provisioned power (in named
+units, USD/h and kW by default), and where those numbers come from; the machine files that override or
+extend the catalog, and short names (``H200``)."""
 
 from __future__ import annotations
 
@@ -129,6 +130,19 @@ A100_KW = 6.5
 H100_KW = 10.2
 H200_KW = 10.2
 B200_KW = 14.3
+#: Maximum system power from the NVIDIA DGX B300 data sheet (about 14 kW), kW.
+B300_KW = 14.0
+#: A GB200 NVL72 rack's power, kW: about 120 kW (NVIDIA's and vendors' figures are 120 to 132 kW).
+GB200_NVL72_KW = 120.0
+#: The 8-GPU slices of a GB200 NVL72 rack: 72 GPUs in 18 compute trays of 4, a slice is 2 trays.
+GB200_NVL72_SLICES = 72 // 8
+#: A GB200 slice's power, kW, an estimate: the rack's shared evenly by its 9 slices (its NVLink switch trays
+#: and power shelves included): 13.33 kW. NVIDIA DPS's shipped DGX_GB200 compute-tray specification (2 Grace
+#: CPUs, 4 GPUs; docs.nvidia.com/datacenter/dps) gives at most 6,667 W, so 2 trays agree: 13.33 kW.
+GB200_KW = GB200_NVL72_KW / GB200_NVL72_SLICES
+#: An 8x L40S PCIe server's power, kW, an estimate as MI300X_KW's: 8 GPUs at their 350 W board power
+#: (NVIDIA L40S data sheet) and about 4 kW of host (CPUs, memory, NICs, fans): 2.8 + 4 kW.
+L40S_KW = 6.8
 #: An 8x MI300X platform's power, kW, an estimate: 8 GPUs at their 750 W board power (AMD Instinct
 #: MI300X data sheet) and about 4 kW of host (CPUs, memory, NICs, fans), as in a DGX H100's 10.2 kW.
 MI300X_KW = 10.0
@@ -140,6 +154,11 @@ H200_COST_RATIO = 43.26 / 39.33
 B200_COST_RATIO = B200_KW / H100_KW
 #: MI300X: priced as the DGX H100 (ratio 1); a stated guess.
 MI300X_COST_RATIO = 1.0
+#: B300, GB200 slice and L40S server: their (estimated) maximum power to the DGX H100's (14.0, 13.33 and
+#: 6.8 / 10.2 kW), as the B200's; stated guesses (no public on-demand list price used).
+B300_COST_RATIO = B300_KW / H100_KW
+GB200_COST_RATIO = GB200_KW / H100_KW
+L40S_COST_RATIO = L40S_KW / H100_KW
 #: Data sheets of the GPUs, per GPU: HBM TB/s, dense bf16 and fp8 TFLOPS (the sheets' "with sparsity"
 #: numbers halved), GPU-to-GPU GB/s within the machine (both directions, as NVIDIA gives NVLink's).
 A100_SHEET = {"hbm_bandwidth_tbps": 2.039, "bf16_tflops": 312.0, "fp8_tflops": None, "interconnect_gbps": 600.0}
@@ -149,6 +168,12 @@ B200_SHEET = {"hbm_bandwidth_tbps": 8.0, "bf16_tflops": 2250.0, "fp8_tflops": 45
 #: MI300X: 7 Infinity Fabric links of 128 GB/s (both directions) each, one to each other GPU of the
 #: 8: 896 GB/s per GPU when it talks to all seven (one pair of GPUs shares only one link, 128 GB/s).
 MI300X_SHEET = {"hbm_bandwidth_tbps": 5.3, "bf16_tflops": 1307.0, "fp8_tflops": 2615.0, "interconnect_gbps": 896.0}
+#: B300, GB200 and L40S: the NVIDIA data sheets' numbers as aiconfigurator-core's system files (systems/b300_sxm,
+#: gb200 and l40s.yaml) quote them, their NVLink (PCIe) bandwidth doubled to both directions. B300: 62 TB/s
+#: of HBM in all / 8 GPUs. L40S: no NVLink, its GPUs talk over PCIe Gen4 x16 (32 GB/s each way).
+B300_SHEET = {"hbm_bandwidth_tbps": 7.75, "bf16_tflops": 2250.0, "fp8_tflops": 4500.0, "interconnect_gbps": 1800.0}
+GB200_SHEET = {"hbm_bandwidth_tbps": 8.0, "bf16_tflops": 2500.0, "fp8_tflops": 5000.0, "interconnect_gbps": 1800.0}
+L40S_SHEET = {"hbm_bandwidth_tbps": 0.864, "bf16_tflops": 362.05, "fp8_tflops": 733.0, "interconnect_gbps": 64.0}
 #: Data sheets' GB are 10^9 bytes (the A100 and H100 entries keep the 80 GiB they always had).
 GB = 10**9
 
@@ -183,6 +208,23 @@ BUILTIN_MACHINES: dict[str, Machine] = {
                "(no public on-demand list price used); power: NVIDIA DGX B200 data sheet, max system power "
                "(about 14.3 kW); GPU: NVIDIA DGX B200 and HGX B200 data sheets (1,440 GB HBM3e in all, "
                "8 TB/s, 2250 dense bf16 and 4500 dense fp8 TFLOPS, NVLink 1800 GB/s)"),
+    "dgx-b300": Machine(
+        "dgx-b300", "b300-288gb", 8, 288 * GB, cost=H100_USD_PER_HOUR * B300_COST_RATIO, power=B300_KW,
+        **B300_SHEET,
+        source="cost: an estimate, the DGX H100's x 14.0/10.2, the DGX B300:DGX H100 max-power ratio "
+               "(no public on-demand list price used); power: NVIDIA DGX B300 data sheet, max system power "
+               "(about 14 kW); GPU: NVIDIA Blackwell Ultra (B300) data sheet as aiconfigurator-core's b300_sxm "
+               "system quotes it (288 GB HBM3e, 7.75 TB/s = 62 TB/s in all / 8, 2250 dense bf16 and 4500 dense "
+               "fp8 TFLOPS, NVLink 1800 GB/s)"),
+    "gb200-8": Machine(
+        "gb200-8", "gb200-186gb", 8, 186 * GB, cost=H100_USD_PER_HOUR * GB200_COST_RATIO, power=GB200_KW,
+        **GB200_SHEET,
+        source="8 GPUs (2 compute trays of 4) of a GB200 NVL72 rack; cost: an estimate, the DGX H100's x "
+               "13.33/10.2, the slice's estimated power to the DGX H100's max power (no public on-demand list "
+               "price used); power: an estimate, the NVL72 rack's about 120 kW (NVIDIA and vendors give 120 to "
+               "132 kW) / 9 slices of 8 GPUs = 13.33 kW; GPU: NVIDIA GB200 NVL72 data sheet (13.4 TB HBM3e "
+               "per 72 GPUs: 186 GB each) and NVIDIA Blackwell data sheet as aiconfigurator-core's gb200 system "
+               "quotes it (8 TB/s, 2500 dense bf16 and 5000 dense fp8 TFLOPS, NVLink 1800 GB/s)"),
     "mi300x-8": Machine(
         "mi300x-8", "mi300x-192gb", 8, 192 * GB, cost=H100_USD_PER_HOUR * MI300X_COST_RATIO, power=MI300X_KW,
         **MI300X_SHEET,
@@ -190,6 +232,14 @@ BUILTIN_MACHINES: dict[str, Machine] = {
                "power: an estimate, 8x 750 W GPU board power (AMD Instinct MI300X data sheet) plus about "
                "4 kW of host; GPU: AMD Instinct MI300X data sheet (192 GB HBM3, 5.3 TB/s, 1307 dense "
                "bf16 and 2615 dense fp8 TFLOPS, Infinity Fabric 7 links x 128 GB/s = 896 GB/s)"),
+    "l40s-8": Machine(
+        "l40s-8", "l40s-48gb", 8, 48 * GB, cost=H100_USD_PER_HOUR * L40S_COST_RATIO, power=L40S_KW,
+        **L40S_SHEET,
+        source="an 8x L40S PCIe server; cost: an estimate, the DGX H100's x 6.8/10.2, the estimated max-power "
+               "ratio (no public on-demand list price used); power: an estimate, 8x 350 W GPU board power "
+               "(NVIDIA L40S data sheet) plus about 4 kW of host; GPU: NVIDIA L40S data sheet as "
+               "aiconfigurator-core's l40s system quotes it (48 GB GDDR6, 864 GB/s, 362.05 dense bf16 and 733 "
+               "dense fp8 TFLOPS; no NVLink: PCIe Gen4 x16, 32 GB/s each way = 64 GB/s)"),
 }
 
 
@@ -480,7 +530,7 @@ def get_machine(name: str, machines: dict[str, Machine] | None = None) -> Machin
 #: Short names of the builtin machines, as designs and budgets write them (``H100:H200``,
 #: ``baseline:MI300X``, ``40xB200``), in lower case.
 #: The short names an error lists, as users write them.
-_SHORT_SHOWN = ("A100", "H100", "H100cap", "H200", "B200", "MI300X")
+_SHORT_SHOWN = ("A100", "H100", "H100cap", "H200", "B200", "B300", "GB200", "MI300X", "L40S")
 
 
 def with_short_names(machines: dict) -> dict:
@@ -501,7 +551,7 @@ def is_short_name(name: str, machine) -> bool:
 
 def machine_by_name(machines: Mapping[str, Machine] | None, name: str) -> Machine:
     """The machine of ``machines`` (None: the builtins) that ``name`` names, in any case: its catalog name
-    (``dgx-h200``), a short name (``H200``, ``B200``, ``MI300X``, ``H100cap``: ``SHORT_NAMES``), its name
+    (``dgx-h200``), a short name (``H200``, ``B200``, ``GB200``, ``L40S``, ``H100cap``: ``SHORT_NAMES``), its name
     without ``dgx-``, or its hardware (``h200-141gb``; of several machines, the one without a base).
     A catalog name comes first, so a machine file's own ``b200`` is that machine, not ``dgx-b200``.
     An unknown or ambiguous name is a user error listing the valid ones."""
@@ -517,6 +567,7 @@ def machine_by_name(machines: Mapping[str, Machine] | None, name: str) -> Machin
             except KeyError:
                 pass
     same = [m for m in pool.values() if getattr(m, "hardware", None) == key]
+    same = list({id(m): m for m in same}.values())   # (a short name's key holds its machine again)
     if len(same) > 1:   # a variant (base) shares its base's hardware: the base
         same = [m for m in same if m.base is None] or same
     if len(same) == 1:

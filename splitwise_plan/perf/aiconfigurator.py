@@ -31,7 +31,8 @@ BACKENDS = ("vllm", "sglang", "trtllm")
 #: The catalog's GPUs (a machine's ``hardware``) and aiconfigurator's system that measured them. The
 #: power-capped H100 reads the H100's kernels, its prefill slowed as the analytic stack slows it.
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "h100-80gb-pcap": "h100_sxm",
-           "h200-141gb": "h200_sxm", "b200-180gb": "b200_sxm"}
+           "h200-141gb": "h200_sxm", "b200-180gb": "b200_sxm", "b300-288gb": "b300_sxm", "gb200-186gb": "gb200",
+           "l40s-48gb": "l40s"}
 #: Hugging Face architectures and the one aiconfigurator builds for each (Mistral's layers are Llama's).
 ARCHITECTURES = {"LlamaForCausalLM": "LlamaForCausalLM", "MistralForCausalLM": "LlamaForCausalLM",
                  "Qwen2ForCausalLM": "Qwen2ForCausalLM", "Qwen3ForCausalLM": "Qwen3ForCausalLM"}

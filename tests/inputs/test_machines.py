@@ -8,7 +8,8 @@ import pytest
 
 from splitwise_plan import BUILTIN_MACHINES, BUILTIN_MODELS, SplitwisePlanError, get_machine, get_model, load_machines
 from splitwise_plan.cli import main
-from splitwise_plan.inputs.machines import GIB, SHEET_KEYS, Machine, catalog_units, machine_by_name
+from splitwise_plan.inputs.designs import get_design
+from splitwise_plan.inputs.machines import GIB, SHEET_KEYS, Machine, catalog_units, machine_by_name, with_short_names
 
 B200 = """
 [machines.B200]
@@ -25,6 +26,12 @@ NEW_MACHINES = {
     "dgx-h200": ("h200-141gb", 141 * 10**9, 10.2, (4.8, 989.0, 1979.0, 900.0)),
     "dgx-b200": ("b200-180gb", 180 * 10**9, 14.3, (8.0, 2250.0, 4500.0, 1800.0)),
     "mi300x-8": ("mi300x-192gb", 192 * 10**9, 10.0, (5.3, 1307.0, 2615.0, 896.0)),
+    # NVIDIA data sheets as aiconfigurator-core's systems/*.yaml quote them (NVLink and PCIe doubled to both
+    # directions): B300 62 TB/s / 8, 4.5 and 9 PFLOPS sparse halved; GB200 8 TB/s, 2500 and 5000 TFLOPS
+    # dense; L40S 864 GB/s, 362.05 and 733 TFLOPS dense, PCIe Gen4 x16 32 GB/s each way
+    "dgx-b300": ("b300-288gb", 288 * 10**9, 14.0, (7.75, 2250.0, 4500.0, 1800.0)),
+    "gb200-8": ("gb200-186gb", 186 * 10**9, 120.0 / 9, (8.0, 2500.0, 5000.0, 1800.0)),
+    "l40s-8": ("l40s-48gb", 48 * 10**9, 6.8, (0.864, 362.05, 733.0, 64.0)),
 }
 
 
@@ -126,8 +133,9 @@ power = 20.5
     ("[units]\npower = 1000\n[machines.dgx-a100]\ncost=1", "[units]: power must be a non-empty string"),
     ("[machines.dgx-a100]\nsource = 3", "[machines.dgx-a100]: source must be a string, got 3"),
     ("[machines.dgx-a100]\nbase = ''", "[machines.dgx-a100]: base must be a non-empty string"),
-    ("[machines.dgx-a100]\nbase = 'dgx-b300'", "[machines.dgx-a100]: base 'dgx-b300' names no machine; valid: "
-                                              "dgx-b200, dgx-h100, dgx-h100-cap, dgx-h200, mi300x-8"),
+    ("[machines.dgx-a100]\nbase = 'dgx-b900'", "[machines.dgx-a100]: base 'dgx-b900' names no machine; valid: "
+                                              "dgx-b200, dgx-b300, dgx-h100, dgx-h100-cap, dgx-h200, gb200-8, "
+                                              "l40s-8, mi300x-8"),
     ("[machines.dgx-a100]\nbase = 'DGX-A100'", "[machines.dgx-a100]: base names the machine itself"),
     ("[machines.dgx-h100]\nbase = 'dgx-h100-cap'",
      "the bases of [machines.dgx-h100], [machines.dgx-h100-cap] go round (dgx-h100 -> dgx-h100-cap -> dgx-h100)"),
@@ -151,9 +159,9 @@ def test_missing_machine_file(tmp_path):
 
 
 def test_unknown_names_list_valid_ones():
-    with pytest.raises(SplitwisePlanError, match="unknown machine 'dgx-b300'; valid: dgx-a100, dgx-b200, dgx-h100, "
-                                                 "dgx-h100-cap, dgx-h200, mi300x-8"):
-        get_machine("dgx-b300")
+    with pytest.raises(SplitwisePlanError, match="unknown machine 'dgx-b900'; valid: dgx-a100, dgx-b200, dgx-b300, "
+                                                 "dgx-h100, dgx-h100-cap, dgx-h200, gb200-8, l40s-8, mi300x-8"):
+        get_machine("dgx-b900")
     with pytest.raises(SplitwisePlanError, match="unknown model 'gpt3'; valid: bloom-176b, llama2-70b"):
         get_model("gpt3")
 
@@ -277,7 +285,9 @@ def test_the_machines_command_names_units_and_sources(capsys, write):
     assert "40.97" in out and "88.24" in out and "7.14" in out and "p4de.24xlarge" in out
     path = write("m.toml", '[units]\ncost = "EUR/h"\n[machines.dgx-a100]\ncost = 38.5\n'
                            '[machines.dgx-h100]\ncost = 80\n[machines.dgx-h200]\ncost = 90\n'
-                           '[machines.dgx-b200]\ncost = 110\n[machines.mi300x-8]\ncost = 70\n')
+                           '[machines.dgx-b200]\ncost = 110\n[machines.mi300x-8]\ncost = 70\n'
+                           '[machines.dgx-b300]\ncost = 105\n[machines.gb200-8]\ncost = 100\n'
+                           '[machines.l40s-8]\ncost = 40\n')
     assert main(["machines", "--machines-file", str(path)]) == 0
     out = capsys.readouterr().out
     assert "cost (EUR/h)" in out and "38.50" in out and "80.00" in out   # the capped H100 follows: all EUR
@@ -319,6 +329,28 @@ def test_the_newer_machines_prices_are_the_h100s_at_stated_ratios():
     assert "14.3/10.2" in BUILTIN_MACHINES["dgx-b200"].source
     assert "896 GB/s" in BUILTIN_MACHINES["mi300x-8"].source
     assert BUILTIN_MACHINES["dgx-b200"].hbm_of() == 1440 * 10**9   # the DGX B200's 1,440 GB
+    assert BUILTIN_MACHINES["dgx-b300"].cost == pytest.approx(h100 * 14.0 / 10.2)     # max-power ratios
+    assert BUILTIN_MACHINES["gb200-8"].cost == pytest.approx(h100 * (120.0 / 9) / 10.2)
+    assert BUILTIN_MACHINES["l40s-8"].cost == pytest.approx(h100 * 6.8 / 10.2)
+    assert "14.0/10.2" in BUILTIN_MACHINES["dgx-b300"].source
+    assert "13.33/10.2" in BUILTIN_MACHINES["gb200-8"].source
+    assert "6.8/10.2" in BUILTIN_MACHINES["l40s-8"].source
+
+
+def test_the_gb200_slice_is_a_ninth_of_an_nvl72_rack():
+    # 72 GPUs in 18 compute trays of 4: 9 slices of 2 trays; the rack's about 120 kW shared by them
+    m = BUILTIN_MACHINES["gb200-8"]
+    assert m.power == pytest.approx(120.0 / 9, rel=1e-12) and f"{m.power:.2f}" == "13.33"
+    assert m.hbm_bytes_per_gpu == int(13.4e12 / 72 / 1e9) * 10**9   # the NVL72's 13.4 TB over 72 GPUs: 186 GB
+    assert "120 kW" in m.source and "/ 9 slices" in m.source and "estimate" in m.source
+
+
+def test_the_b300_and_l40s_add_up_to_their_data_sheets():
+    assert BUILTIN_MACHINES["dgx-b300"].hbm_of() == 2304 * 10**9   # 8 x 288 GB: the DGX B300's 2.3 TB
+    assert BUILTIN_MACHINES["dgx-b300"].hbm_bandwidth_tbps * 8 == 62.0   # 62 TB/s in all
+    assert BUILTIN_MACHINES["l40s-8"].power == pytest.approx(8 * 0.350 + 4.0)   # 8 x 350 W and 4 kW of host
+    l40s = BUILTIN_MACHINES["l40s-8"].source
+    assert "350 W" in l40s and "PCIe Gen4" in l40s and "no NVLink" in l40s
 
 
 def test_a_machine_file_sets_data_sheet_numbers_and_adds_a_machine_with_them(write):
@@ -397,12 +429,41 @@ def test_a_bad_data_sheet_number_is_one_line_naming_machine_and_field(write, key
     ("dgx-h200", "dgx-h200"), ("h200", "dgx-h200"), ("H200", "dgx-h200"), ("h200-141gb", "dgx-h200"),
     ("B200", "dgx-b200"), ("DGX-B200", "dgx-b200"), ("b200-180gb", "dgx-b200"),
     ("MI300X", "mi300x-8"), ("mi300x-192gb", "mi300x-8"), ("MI300X-8", "mi300x-8"),
+    ("B300", "dgx-b300"), ("dgx-b300", "dgx-b300"), ("b300-288gb", "dgx-b300"),
+    ("GB200", "gb200-8"), ("gb200-8", "gb200-8"), ("GB200-186GB", "gb200-8"),
+    ("L40S", "l40s-8"), ("l40s", "l40s-8"), ("l40s-48gb", "l40s-8"),
     ("H100", "dgx-h100"), ("A100", "dgx-a100"), ("H100cap", "dgx-h100-cap"), ("h100-80gb", "dgx-h100"),
     (" h200 ", "dgx-h200"),
 ])
 def test_short_names_resolve_to_the_catalogs_machines(name, machine):
     assert machine_by_name(None, name) is BUILTIN_MACHINES[machine]
     assert machine_by_name(BUILTIN_MACHINES, name) is BUILTIN_MACHINES[machine]
+    # a catalog with the short names added holds each machine twice: still that one machine
+    assert machine_by_name(with_short_names(BUILTIN_MACHINES), name) is BUILTIN_MACHINES[machine]
+
+
+@pytest.mark.parametrize("machine, tp, fits", [("L40S", 2, False), ("L40S", 4, True), ("GB200", 1, True),
+                                              ("B300", 1, True)])
+def test_llama_70b_fits_the_newer_machines_as_their_memory_says(capsys, machine, tp, fits):
+    # 141 GB of bf16 weights: not in 2 x 48 GB of L40S, in 4 x 48 GB, in one 186 GB GB200 or 288 GB B300 GPU
+    code = main(["profiles", "show", "--model", "llama-3.1-70b", "--machine", machine, "--tp", str(tp)])
+    captured = capsys.readouterr()
+    assert code == (0 if fits else 2)
+    if not fits:
+        assert len(captured.err.strip().splitlines()) == 1 and "do not fit" in captured.err
+
+
+def test_a_machine_files_own_gb200_comes_before_the_slice(write):
+    ms = load_machines(write("m.toml", '[machines.gb200]\nbase = "gb200-8"\ncost = 90.0\n'))
+    assert machine_by_name(ms, "GB200") is ms["gb200"] and ms["gb200"].cost == 90.0
+    assert with_short_names(ms)["gb200"] is ms["gb200"] and machine_by_name(ms, "gb200-186gb") is ms["gb200-8"]
+
+
+@pytest.mark.parametrize("design, machines", [("B300:L40S", ("dgx-b300", "l40s-8")),
+                                               ("baseline:GB200", ("gb200-8",))])
+def test_designs_name_the_newer_machines_by_short_name(design, machines):
+    catalog = with_short_names(BUILTIN_MACHINES)
+    assert tuple(catalog[n].name for n in get_design(design).machines) == machines
 
 
 def test_a_catalog_name_comes_before_a_short_name(write):
@@ -416,8 +477,9 @@ def test_a_catalog_name_comes_before_a_short_name(write):
 
 
 @pytest.mark.parametrize("name,needle", [
-    ("h300", "unknown machine 'h300'; valid: dgx-a100, dgx-b200, dgx-h100, dgx-h100-cap, dgx-h200, mi300x-8 "
-             "(or a short name: A100, H100, H100cap, H200, B200, MI300X)"),
+    ("h300", "unknown machine 'h300'; valid: dgx-a100, dgx-b200, dgx-b300, dgx-h100, dgx-h100-cap, dgx-h200, "
+             "gb200-8, l40s-8, mi300x-8 (or a short name: A100, H100, H100cap, H200, B200, B300, GB200, MI300X, "
+             "L40S)"),
     ("", "a machine is named by a non-empty string"), (None, "a machine is named by a non-empty string"),
 ])
 def test_an_unknown_short_name_lists_the_valid_ones(name, needle):
@@ -433,5 +495,6 @@ def test_the_machines_command_shows_the_data_sheets(capsys):
     assert main(["machines"]) == 0
     out = capsys.readouterr().out
     for text in ("TB/s", "bf16", "fp8", "TFLOPS", "dgx-h200", "dgx-b200", "mi300x-8", "2.039", "4.8", "2,250",
-                 "4,500", "1,307", "2,615", "97.06", "14.3", "131.3"):
+                 "4,500", "1,307", "2,615", "97.06", "14.3", "131.3", "dgx-b300", "gb200-8", "l40s-8", "7.75",
+                 "2,500", "5,000", "0.864", "362.05", "733"):
         assert text in out, text

@@ -87,6 +87,52 @@ def test_a_decode_curve_that_dips_is_made_non_decreasing():
     assert decode[-1] > 2 * decode[0]   # (it grows with the batch, as a current stack's does)
 
 
+#: The catalog's machines whose GPUs aiconfigurator-core measured since the paper's, and its systems.
+NEWER_SYSTEMS = {"dgx-b300": "b300_sxm", "gb200-8": "gb200", "l40s-8": "l40s"}
+
+
+@needs_aic
+@pytest.mark.parametrize("machine, system", sorted(NEWER_SYSTEMS.items()))
+def test_the_newer_machines_data_sheets_are_aiconfigurators_system_files(machine, system):
+    # the catalog quotes NVIDIA's data sheets as aiconfigurator-core's systems/*.yaml give them: HBM B/s, dense
+    # bf16 and fp8 FLOP/s, and the GPU-to-GPU link one way (the catalog's is both directions)
+    import aiconfigurator_core
+    import yaml
+    spec = yaml.safe_load((Path(aiconfigurator_core.__file__).parent / "systems" / f"{system}.yaml").read_text())
+    m = BUILTIN_MACHINES[machine]
+    assert aic.SYSTEMS[m.hardware] == system
+    assert m.hbm_bandwidth_tbps * 1e12 == pytest.approx(spec["gpu"]["mem_bw"], rel=1e-12)
+    assert m.bf16_tflops * 1e12 == pytest.approx(spec["gpu"]["bfloat16_tc_flops"], rel=1e-12)
+    assert m.fp8_tflops * 1e12 == pytest.approx(spec["gpu"]["fp8_tc_flops"], rel=1e-12)
+    assert m.interconnect_gbps * 1e9 == pytest.approx(2 * spec["node"]["intra_node_bw"], rel=1e-12)
+
+
+@needs_aic
+@pytest.mark.parametrize("backend", aic.BACKENDS)
+@pytest.mark.parametrize("machine, system", sorted(NEWER_SYSTEMS.items()))
+def test_the_newer_gpus_read_their_own_kernels(machine, system, backend):
+    # Llama-3.1-8B at TP8 on each backend's current version: aiconfigurator's shipped config of it, through
+    # EngineHandle itself, against the rows of our config.json
+    import shutil
+    import tempfile
+
+    import aiconfigurator_core
+    from aiconfigurator_core.sdk import EngineHandle
+    version = aic._current_version(system, backend)
+    shipped = Path(aiconfigurator_core.__file__).parent / "model_configs" / "meta-llama--Meta-Llama-3.1-8B_config.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(shipped, Path(tmp) / "config.json")
+        h = EngineHandle.compile(tmp, system, backend, tp_size=8, backend_version=version)
+        prefill = [h.predict_prefill_latency(1, x) for x in aic.BATCH_TOKENS]
+    rows, detail = aic.AIConfiguratorStack(backend).rows(get_model("llama-3.1-8b"), BUILTIN_MACHINES[machine], 8)
+    assert f"{backend} {version} on {system} " in detail
+    for row, p, x in zip(rows, prefill, aic.BATCH_TOKENS):
+        if p >= max(prefill[:aic.BATCH_TOKENS.index(x) + 1]):   # where its curve does not dip
+            assert row["prompt_time"] == pytest.approx(p, rel=0.01)
+    decode = [r["token_time"] for r in rows]
+    assert 0 < decode[0] and decode == sorted(decode)
+
+
 @needs_aic
 @pytest.mark.parametrize("model, machine, dtype, needle", [
     ("bloom-176b", "dgx-h100", None, "no BloomForCausalLM architecture"),
@@ -104,6 +150,7 @@ def test_what_it_cannot_give_is_one_line(model, machine, dtype, needle):
 @pytest.mark.parametrize("spec, machine, needle", [
     ("aiconfigurator:vllm@9.9", "dgx-h100", "has no vllm 9.9 data for dgx-h100's GPU (h100_sxm); it has 0.24.0"),
     ("aiconfigurator:vllm@0.24.0", "dgx-a100", "has no vllm 0.24.0 data for dgx-a100's GPU (a100_sxm); it has 0.14.0"),
+    ("aiconfigurator:vllm@0.14.0", "l40s-8", "has no vllm 0.14.0 data for l40s-8's GPU (l40s); it has 0.24.0, 0.27.0"),
 ])
 def test_a_version_the_gpu_lacks_is_one_line_naming_those_it_has(spec, machine, needle):
     with pytest.raises(SplitwisePlanError, match=re.escape(needle)):

@@ -102,12 +102,13 @@ H100_USD = 40.97 * 4.76 / 2.21
     ("40xH100", "power", 40 * 10.2), ("40xH100", "cost", 40 * H100_USD), ("1760", "power", 1760.0),
     (123.5, "cost", 123.5), ("20xH100+10xA100", "power", 20 * 10.2 + 10 * 6.5),
     ("10 x dgx-h100-cap", "power", 10 * 7.14), ("2xh100cap", "cost", 2 * H100_USD),
+    ("40xB300", "power", 40 * 14.0), ("9xGB200", "power", 120.0), ("2xL40S+1xB200", "power", 2 * 6.8 + 14.3),
 ])
 def test_parse_budget(spec, kind, value):
     assert parse_budget(spec, kind) == pytest.approx(value)
 
 
-@pytest.mark.parametrize("spec", ["", "-5", "0", "40xB300", "forty", "nan", "40x"])
+@pytest.mark.parametrize("spec", ["", "-5", "0", "40xB900", "forty", "nan", "40x"])
 def test_bad_budgets(spec):
     with pytest.raises(SplitwisePlanError):
         parse_budget(spec, "power")
