@@ -4,7 +4,9 @@ Follows the reference simulator's rules: per ``batch_tokens`` medians of the
 profile, piecewise-linear interpolation with linear extrapolation at both ends;
 a prompt-only batch costs ``prompt(sum of prompt tokens)``, a decode-only batch
 ``token(number of decoding requests)`` and a mixed batch
-``1.1 * prompt(prompt tokens + decoding requests)``.
+``1.1 * prompt(prompt tokens + decoding requests)``. An estimated token curve holds ``context_tokens`` of KV
+cache per sequence; a decode-only batch that holds ``C`` in all takes ``kv_s_per_token * (C - n * context_tokens)``
+more (the measured profiles have no context: their ``kv_s_per_token`` is 0).
 """
 
 from __future__ import annotations
@@ -78,14 +80,23 @@ class LatencyModel:
     tensor_parallel: int
     prompt: PhaseCurve
     token: PhaseCurve
+    #: seconds a decode step takes per KV token its sequences hold beyond ``context_tokens`` each (0: blind to it)
+    kv_s_per_token: float = 0.0
+    #: the KV tokens per sequence the token curve was read at
+    context_tokens: float = 0.0
 
     def prompt_time(self, prompt_tokens):
         """Prompt-only batch holding ``prompt_tokens`` prompt tokens in all."""
         return self.prompt(prompt_tokens)
 
-    def token_time(self, n_decode):
-        """One decode iteration of ``n_decode`` requests."""
-        return self.token(n_decode)
+    def token_time(self, n_decode, context=None):
+        """One decode iteration of ``n_decode`` requests; holding ``context`` KV tokens in all, where given."""
+        t = self.token(n_decode)
+        if context is None or not self.kv_s_per_token:
+            return t
+        extra = self.kv_s_per_token * (np.asarray(context, np.float64) - np.asarray(n_decode) * self.context_tokens)
+        out = np.maximum(t + extra, self.token._floor)  # type: ignore[attr-defined]
+        return out if out.ndim else float(out)
 
     def mixed_time(self, prompt_tokens, n_decode):
         """A batch that mixes prompts and decoding requests."""

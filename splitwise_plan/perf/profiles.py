@@ -7,6 +7,8 @@ prompt (prefill) and token (decode iteration) times in milliseconds for each
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import os
 from dataclasses import dataclass, field
@@ -64,6 +66,9 @@ class ProfileSet:
     source: str = "<DataFrame>"   # where the rows came from, for messages
     #: (model, hardware, tensor parallelism) -> how its rows were estimated, for those not measured
     estimates: dict = field(default_factory=dict, repr=False, compare=False)
+    #: (model, hardware, tensor parallelism) -> (kv_s_per_token, context_tokens) of an estimate whose decode step
+    #: grows with the context (see :class:`~.latency_model.LatencyModel`)
+    context_rates: dict = field(default_factory=dict, repr=False, compare=False)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -119,9 +124,12 @@ class ProfileSet:
         key = (_name(model), _name(hardware), whole_number(tensor_parallel, "tensor_parallel", 1))
         if key not in self._cache:
             med = self.medians(*key)
-            self._cache[key] = LatencyModel.from_medians(
-                *key, med["batch_tokens"].to_numpy(),
-                med["prompt_time"].to_numpy(), med["token_time"].to_numpy())
+            lm = LatencyModel.from_medians(*key, med["batch_tokens"].to_numpy(),
+                                           med["prompt_time"].to_numpy(), med["token_time"].to_numpy())
+            if key in self.context_rates:
+                lm = dataclasses.replace(lm, kv_s_per_token=self.context_rates[key][0],
+                                         context_tokens=self.context_rates[key][1])
+            self._cache[key] = lm
         return self._cache[key]
 
 

@@ -77,9 +77,32 @@ def estimated(model, machine, tensor_parallel: int, stack: Stack | None = None) 
     from splitwise_plan.perf.profiles import ProfileSet
 
     rows, detail = _estimate_rows(model, machine, tensor_parallel, stack)
-    lm = ProfileSet(_frame(rows), source=f"<estimate of {model.name} on {machine.hardware}>").latency_model(
-        model.name, machine.hardware, tensor_parallel)
+    key = (model.name.lower(), machine.hardware, int(tensor_parallel))
+    rate = context_rate(model, machine, tensor_parallel, stack, rows)
+    lm = ProfileSet(_frame(rows), source=f"<estimate of {model.name} on {machine.hardware}>",
+                    context_rates={key: rate} if rate else {}).latency_model(*key)
     return Sourced(lm, ESTIMATED, detail)
+
+
+#: The decode batches whose step's growth with the context sets the rate (the sizes a token machine runs at).
+RATE_BATCHES = (8, 16, 32, 64, 128)
+
+
+def context_rate(model, machine, tensor_parallel: int, stack, rows) -> tuple[float, float] | None:
+    """(seconds per KV token, the context per sequence ``rows`` hold) of a source whose decode step grows with its
+    context: the median over ``RATE_BATCHES`` of how much the step of ``n`` sequences grows from that context to
+    twice it, per token added. None where the source reads no context."""
+    import numpy as np
+
+    from splitwise_plan.perf.latency_model import DECODE_CONTEXT
+    stack = stack if stack is not None else load_stack()
+    if not hasattr(stack, "with_context"):
+        return None
+    c = float(stack.context_tokens or DECODE_CONTEXT)
+    longer, _ = _estimate_rows(model, machine, tensor_parallel, stack.with_context(2 * c))
+    at, at2 = ({r["prompt_size"]: r["token_time"] for r in rs} for rs in (rows, longer))
+    slopes = [(at2[n] - at[n]) * 1e-3 / (n * c) for n in RATE_BATCHES if n in at and n in at2]
+    return (max(float(np.median(slopes)), 0.0), c) if slopes else None
 
 
 def _estimate_rows(model, machine, tensor_parallel: int, stack: Stack | None) -> tuple[list, str]:
@@ -139,18 +162,22 @@ def with_estimates(profiles, model, needs, stack: Stack | None = None):
 
     from splitwise_plan.perf.profiles import ProfileSet
 
-    added, rows = {}, []
+    added, rates, rows = {}, {}, []
     for machine, tp in needs:
         key = (model.name.lower(), machine.hardware, int(tp))
         if key in added or has_profile(profiles, model.name, machine.hardware, tp, stack):
             continue
         try:
             new, added[key] = _estimate_rows(model, machine, tp, stack)
+            rate = context_rate(model, machine, tp, stack, new)
         except SplitwisePlanError:
             if not hasattr(stack, "rows"):
                 raise
+            added.pop(key, None)
             continue   # aiconfigurator has no data for it: its designs are left out, with the reason
         rows += new
+        if rate:
+            rates[key] = rate
     if not added:
         return profiles
     table = profiles.table
@@ -158,7 +185,8 @@ def with_estimates(profiles, model, needs, stack: Stack | None = None):
         names = table["model"] + "|" + table["hardware"] + "|" + table["tensor_parallel"].astype(str)
         table = table[~names.isin([f"{m}|{h}|{t}" for m, h, t in added])]
     table = pd.concat([table, _frame(rows)], ignore_index=True)
-    return ProfileSet(table, source=profiles.source, estimates={**profiles.estimates, **added})
+    return ProfileSet(table, source=profiles.source, estimates={**profiles.estimates, **added},
+                      context_rates={**profiles.context_rates, **rates})
 
 
 def from_profiles(profiles, model, hardware: str, tensor_parallel: int) -> Sourced:

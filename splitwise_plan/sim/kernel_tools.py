@@ -3,7 +3,9 @@
 A pool is a row of ``pools`` (machine indices in the pool's order) whose length is
 ``counters[size_at + pool]``. The heap orders events by (time, insertion counter) in two arrays, ``heap_f`` (times) and ``heap_i``
 (counter, kind, two arguments); ``counters[0]`` is the next insertion counter and ``counters[1]`` the heap's
-length. A latency curve is ``PhaseCurve``'s points, slopes and floor as rows of ``curves``.
+length. A latency curve is ``PhaseCurve``'s points, slopes and floor as rows of ``curves``; a token curve's row
+``KV`` holds how its decode step grows with the batch's context (``LatencyModel.kv_s_per_token`` and
+``context_tokens``: 0 for a measured profile, whose steps read no context).
 """
 
 from __future__ import annotations
@@ -12,7 +14,28 @@ from splitwise_plan.sim import jit
 
 SEQ, KIND, EV_A, EV_B = range(4)    # columns of heap_i
 COUNTER, HEAP_LEN = range(2)        # the heap's entries of counters
-XS, YS, SLOPES, FLOOR = range(4)    # rows of a curve (``curves[curve, row]``)
+XS, YS, SLOPES, FLOOR, KV = range(5)   # rows of a curve (``curves[curve, row]``)
+KV_RATE, KV_CONTEXT = range(2)         # columns of row KV
+
+
+def latency_curves(cluster) -> tuple:
+    """The latency curves of ``cluster`` as rows of one array ``[curve, XS | YS | SLOPES | FLOOR | KV, point]``
+    (curve ``2c`` the prompt phase of pool ``c``, ``2c + 1`` its token phase; a baseline's one pool twice), and
+    each curve's number of points."""
+    import numpy as np
+
+    pools = (cluster.prompt, cluster.token if cluster.token is not None else cluster.prompt)
+    curves = [c for pool in pools for c in (pool.latency.prompt, pool.latency.token)]
+    out = np.zeros((4, 5, max(max(c.xs.size for c in curves), 2)))
+    for j, c in enumerate(curves):
+        out[j, XS, :c.xs.size] = c.xs
+        out[j, YS, :c.ys.size] = c.ys
+        out[j, SLOPES, :c.xs.size - 1] = c._slopes   # the very numbers PhaseCurve.at reads
+        out[j, FLOOR, 0] = c._floor
+    for j, pool in ((1, pools[0]), (3, pools[1])):
+        out[j, KV, KV_RATE] = pool.latency.kv_s_per_token
+        out[j, KV, KV_CONTEXT] = pool.latency.context_tokens
+    return out, tuple(int(c.xs.size) for c in curves)
 
 
 def inline(fn):
@@ -84,6 +107,17 @@ def curve_at(curves, n, j, x):
     seg = min(max(lo - 1, 0), n - 2)
     v = curves[j, YS, seg] + curves[j, SLOPES, seg] * (x - curves[j, XS, seg])
     return max(v, curves[j, FLOOR, 0])
+
+
+@inline
+def decode_step(curves, n, j, decodes, context):
+    """``LatencyModel.token_time(decodes, context)`` of token curve ``j`` (of ``n`` points): its step of ``decodes``
+    sequences, grown (or shrunk) by the KV tokens ``context`` they hold in all beyond the curve's own context."""
+    t = curve_at(curves, n, j, decodes)
+    rate = curves[j, KV, KV_RATE]
+    if rate == 0.0:
+        return t
+    return max(t + rate * (context - decodes * curves[j, KV, KV_CONTEXT]), curves[j, FLOOR, 0])
 
 
 @inline

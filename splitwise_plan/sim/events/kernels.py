@@ -115,7 +115,7 @@ from splitwise_plan.sim.events.state import (
     WHERE,
 )
 from splitwise_plan.sim.jit import njit, step, unowned
-from splitwise_plan.sim.kernel_tools import curve_at, inline, pool_append, pool_remove, pop, push
+from splitwise_plan.sim.kernel_tools import curve_at, decode_step, inline, pool_append, pool_remove, pop, push
 
 BY_PENDING, BY_SCHED_MEM = 0, 1   # the routers' keys: sched_pending, sched_mem
 NOTHING, START, PAUSE = range(3)  # what a step asks of the machine it touched, done last (see run_events)
@@ -180,13 +180,14 @@ def next_is_arrival(req_f, req_i, heap_f, counters):
 
 
 @inline
-def iteration_time(curves, curve_n, c, n_prompt_tokens, n_decode):
-    """One batch's seconds on a machine of latency curves ``c``: prompt-only, decode-only, or mixed."""
+def iteration_time(curves, curve_n, c, n_prompt_tokens, n_decode, context):
+    """One batch's seconds on a machine of latency curves ``c``: prompt-only, decode-only (its decodes holding
+    ``context`` KV tokens in all), or mixed."""
     p, t = 2 * c, 2 * c + 1
     if n_decode <= 0:
         return curve_at(curves, curve_n[p], p, float(n_prompt_tokens))
     if n_prompt_tokens <= 0:
-        return curve_at(curves, curve_n[t], t, float(n_decode))
+        return decode_step(curves, curve_n[t], t, float(n_decode), context)
     return MIXED_BATCH_FACTOR * curve_at(curves, curve_n[p], p, float(n_prompt_tokens + n_decode))
 
 
@@ -497,12 +498,14 @@ def start_iteration(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue
         return
     n_prompt_tokens = n_decode = 0
     least = 0                       # the fewest tokens a task of the batch has left
+    context = 0.0                   # the KV tokens the decodes hold (prompt, first token, tokens since)
     for k in range(n_batch):        # one pass: the batch's shape, and its tasks start running
         t = queue[i, BATCH, k]
         if is_prompt(t):
             n_prompt_tokens += tokens_per_iteration(req_i, t)
         else:
             n_decode += 1
+            context += req_i[t >> 1, PROMPT] + 1 + task_i[t, GENERATED]
         left = task_size(req_i, t) - task_i[t, GENERATED]
         if k == 0 or left < least:
             least = left
@@ -512,8 +515,10 @@ def start_iteration(req_f, req_i, task_mem, task_i, inst_f, inst_i, queue, queue
             req_f[t >> 1, MEMORY] += task_mem[t]
         elif task_i[t, STATE] == BLOCKED:
             task_i[t, STATE] = RUNNING
-    inst_f[i, ITER_DUR] = iteration_time(curves, cfg.curve_n, inst_i[i, CURVE], n_prompt_tokens, n_decode)
     inst_i[i, N_CONTIG] = 1 if n_prompt_tokens else least
+    # a run of decode iterations at its middle's context: each grows by a token a decode, so the run's time is exact
+    context += 0.5 * n_decode * (inst_i[i, N_CONTIG] - 1)
+    inst_f[i, ITER_DUR] = iteration_time(curves, cfg.curve_n, inst_i[i, CURVE], n_prompt_tokens, n_decode, context)
     inst_f[i, RUN_START] = now
     inst_i[i, PAUSED] = 0
     inst_i[i, VERSION] += 1

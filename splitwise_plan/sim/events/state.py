@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from splitwise_plan.sim.kernel_tools import latency_curves
 from splitwise_plan.sim.metrics import METRICS
 
 # task states, as the reference's
@@ -62,8 +63,6 @@ NOW, PROGRESS_AT = range(2)
  POOL_SIZE) = range(12)   # POOL_SIZE + pool: the pool's length
 NEXT_RANK = POOL_SIZE + 3   # ... after the three pools' lengths: the next place at a pool's end
 N_COUNTERS = POOL_SIZE + 4
-# rows of a curve (``curves[curve, row]``)
-XS, YS, SLOPES, FLOOR = range(4)
 # columns of slos
 SLO_METRIC, HAS_REF, NEED, BROKEN = range(4)
 
@@ -106,7 +105,7 @@ class Sim(NamedTuple):
     heap_i: np.ndarray       # [slot, SEQ | KIND | EV_A | EV_B]
     clock: np.ndarray        # [NOW | PROGRESS_AT]
     counters: np.ndarray     # [COUNTER ... NEXT_RANK]
-    curves: np.ndarray       # [curve, XS | YS | SLOPES | FLOOR, point]: row 2c the prompt phase of latency c, 2c+1 token
+    curves: np.ndarray       # [curve, XS | YS | SLOPES | FLOOR | KV, point] (kernel_tools.latency_curves)
     slos: np.ndarray         # [slo, SLO_METRIC | HAS_REF | NEED | BROKEN]
     slo_limit: np.ndarray    # [slo]
     slo_ref: np.ndarray      # [slo, rid]: per-request reference seconds of a slowdown SLO
@@ -149,19 +148,6 @@ def _instances(cluster) -> tuple[np.ndarray, np.ndarray]:
     return inst_f, inst_i
 
 
-def _curves(cluster) -> tuple[np.ndarray, tuple]:
-    curves = []
-    for pool in (cluster.prompt, cluster.token if cluster.token is not None else cluster.prompt):
-        curves += [pool.latency.prompt, pool.latency.token]
-    out = np.zeros((4, 4, max(c.xs.size for c in curves)))
-    for j, c in enumerate(curves):
-        out[j, XS, :c.xs.size] = c.xs
-        out[j, YS, :c.ys.size] = c.ys
-        out[j, SLOPES, :c.xs.size - 1] = c._slopes   # the very numbers PhaseCurve.at reads
-        out[j, FLOOR, 0] = c._floor
-    return out, tuple(int(c.xs.size) for c in curves)
-
-
 def _slos(verdict, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     slos = verdict.slos if verdict is not None else ()
     table = np.zeros((len(slos), 4), np.int64)
@@ -186,7 +172,7 @@ def build(cluster, stream, until: float | None, overload_s: float, verdict) -> S
     tour = np.full((6, 2 << (m - 1).bit_length()), -1, np.int64)   # (its second half: a leaf a machine)
     counters = np.zeros(N_COUNTERS, np.int64)
     counters[COUNTER] = len(stream)     # the arrivals have the counters 0 to n - 1
-    curves, curve_n = _curves(cluster)
+    curves, curve_n = latency_curves(cluster)
     cfg = cluster.scheduler
     config = Config(int(cfg.max_batch_tokens), int(cfg.max_batch_size), int(cfg.max_preemptions),
                     int(cfg.prompt_max_pending_tokens), float(cfg.effective_bandwidth), float(cfg.flow_retry_s),

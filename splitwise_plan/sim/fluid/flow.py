@@ -17,6 +17,7 @@ from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.sim import jit
 from splitwise_plan.sim.cluster import Cluster, SchedulerConfig
 from splitwise_plan.sim.fluid import kernels as k
+from splitwise_plan.sim.kernel_tools import latency_curves
 from splitwise_plan.sim.metrics import METRICS, Verdict
 
 _REFERENCE_ONLY = ("max_batch_size", "max_preemptions")   # scheduler fields the fluid model keeps
@@ -99,7 +100,7 @@ def _requests(cluster: Cluster, stream, order) -> tuple[np.ndarray, np.ndarray]:
 
 def _machines(cluster: Cluster) -> tuple:
     """Per machine: floats, ints, KV room; the pools (empty: :func:`.kernels.seat_all` fills them); the latency
-    curves and their sizes (see _curves)."""
+    curves and their sizes (:func:`~splitwise_plan.sim.kernel_tools.latency_curves`)."""
     pools = [(cluster.prompt, 0, k.PROMPT_POOL)]   # (a baseline's machines are all its prompt pool)
     if cluster.token is not None:
         pools.append((cluster.token, 1, k.TOKEN_POOL))
@@ -107,27 +108,14 @@ def _machines(cluster: Cluster) -> tuple:
     home = np.concatenate([np.full(p.instances, where) for p, _, where in pools])
     hbm = np.concatenate([np.full(p.instances, float(p.instance_hbm_bytes)) for p, _, _ in pools])
     weights = float(cluster.model.weights_bytes)
-    mf = np.zeros((curve.size, 10))
+    mf = np.zeros((curve.size, k.CTX + 1))
     mf[:, k.MAX_MEM] = hbm
     mf[:, k.MEM] = mf[:, k.SCHED_MEM] = weights
     mi = np.zeros((curve.size, k.RANK + 1), np.int64)
     mi[:, k.CURVE], mi[:, k.HOME] = curve, home
     mi[:, k.B_FIRST] = -1
-    return mf, mi, hbm - weights, np.full((3, curve.size), -1, np.int64), _curves(cluster)
-
-
-def _curves(cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
-    """The latency curves (prompt and token phase of each pool's hardware) as rows, and their numbers of points."""
-    curves = []
-    for pool in (cluster.prompt, cluster.token if cluster.token is not None else cluster.prompt):
-        curves += [pool.latency.prompt, pool.latency.token]
-    out = np.zeros((4, 4, max(c.xs.size for c in curves)))
-    for j, c in enumerate(curves):
-        out[j, k.XS, :c.xs.size] = c.xs
-        out[j, k.YS, :c.ys.size] = c.ys
-        out[j, k.SLOPES, :c.xs.size - 1] = c._slopes
-        out[j, k.FLOOR, 0] = c._floor
-    return out, np.array([c.xs.size for c in curves], np.int64)
+    curves, curve_n = latency_curves(cluster)
+    return mf, mi, hbm - weights, np.full((3, curve.size), -1, np.int64), (curves, np.array(curve_n, np.int64))
 
 
 def _slos(verdict: Verdict | None, order) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -161,7 +149,7 @@ class State(NamedTuple):
     heap_i: np.ndarray      # [slot, (insertion counter, kind, a, b)]
     clock: np.ndarray       # [NOW | PROGRESS_AT]
     counters: np.ndarray    # [COUNTER ... POOL_SIZE + 2]
-    curves: np.ndarray      # [curve, XS | YS | SLOPES | FLOOR, point]
+    curves: np.ndarray      # [curve, XS | YS | SLOPES | FLOOR | KV, point]
     curve_n: np.ndarray     # [curve]: its points
     slos: np.ndarray        # [slo, SLO_METRIC | HAS_REF | NEED | BROKEN]
     slo_limit: np.ndarray   # [slo]

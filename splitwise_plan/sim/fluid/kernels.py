@@ -9,7 +9,8 @@ so that a request costs a few steps rather than an event per iteration:
 
 - every decode running on a machine makes one token an iteration, so a machine keeps one iteration count
   ``V`` that grows at ``1 / token_time(decodes running)`` between its prompt batches, and by the share of
-  decodes riding in one over its span; a decode joins at the next iteration boundary and ends when the
+  decodes riding in one over its span (where the step grows with the KV tokens the decodes hold, they grow by
+  one each an iteration: the step is linear in ``V``, and the count its integral's inverse); a decode joins at the next iteration boundary and ends when the
   count has grown by its ``output - 1`` tokens (a heap per machine, by that end);
 - a prompt waiting on a machine whose decodes run starts at the run's next iteration boundary, or, too
   long to ride beside them, when the run ends (its first decode does) or another request pauses it;
@@ -30,15 +31,16 @@ import math
 
 from splitwise_plan.perf.latency_model import MIXED_BATCH_FACTOR
 from splitwise_plan.sim.jit import njit, step, unowned
-from splitwise_plan.sim.kernel_tools import curve_at, inline, pool_append, pool_remove, pop, push
+from splitwise_plan.sim.kernel_tools import KV, KV_RATE, curve_at, decode_step, inline, pool_append, pool_remove, pop, push
 
 # columns of req_f and req_i (requests in arrival order)
 ARRIVAL, MEM_P, MEM_T, XFER, TTFT, E2E = range(6)
 PROMPT, OUTPUT, SRC, DST, NEXT_IN_BATCH = range(5)
 # columns of mf and mi (machines, the prompt pool's first): memory, the decodes' iteration count ``V`` at
 # ``V_AT``, busy seconds, the running prompt batch (start, end, share of the decodes riding in it, when the
-# next one is planned to start), ...
-MAX_MEM, MEM, SCHED_MEM, V, V_AT, BUSY, B_START, B_END, B_RIDE, PLAN_AT = range(10)
+# next one is planned to start), the KV tokens its decodes hold less ``N_DEC * V`` (their sum of prompt + 1 - the
+# count at which each began), ...
+MAX_MEM, MEM, SCHED_MEM, V, V_AT, BUSY, B_START, B_END, B_RIDE, PLAN_AT, CTX = range(11)
 # ... its role and home pool, JSQ load, its queue of prompts (a ring of request ids), decodes running and
 # waiting for memory, the running batch (its tokens and first request; none: -1), plan versions, and its
 # place in its pool's order (greater: later)
@@ -58,8 +60,6 @@ NOW, PROGRESS_AT = range(2)
 # columns of slos
 SLO_METRIC, HAS_REF, NEED, BROKEN = range(4)
 TTFT_M, TBT_M, E2E_M = range(3)
-# rows of a curve
-XS, YS, SLOPES, FLOOR = range(4)
 # what a run of the kernel ends with
 END, GROW = range(2)
 EPS = 1e-9
@@ -69,10 +69,16 @@ EPS = 1e-9
 
 
 @inline
-def token_time(curves, curve_n, mi, i, decodes):
-    """One decode-only iteration of ``decodes`` running on machine ``i``."""
-    j = 2 * mi[i, CURVE] + 1
-    return curve_at(curves, curve_n[j], j, float(decodes))
+def token_time(curves, curve_n, mf, mi, i, v):
+    """One decode-only iteration of the decodes running on machine ``i`` at its iteration count ``v``."""
+    j, n = 2 * mi[i, CURVE] + 1, mi[i, N_DEC]
+    return decode_step(curves, curve_n[j], j, float(n), mf[i, CTX] + n * v)
+
+
+@inline
+def step_growth(curves, mi, i):
+    """How much the decode step of machine ``i`` grows an iteration (its decodes' KV tokens grow by one each)."""
+    return curves[2 * mi[i, CURVE] + 1, KV, KV_RATE] * mi[i, N_DEC]
 
 
 @inline
@@ -143,7 +149,11 @@ def advance(mf, mi, curves, curve_n, i, t):
         mf[i, V] += mf[i, B_RIDE] * (stop - cur) / (mf[i, B_END] - mf[i, B_START])
         cur = stop
     if cur < t:
-        mf[i, V] += (t - cur) / token_time(curves, curve_n, mi, i, mi[i, N_DEC])
+        step, growth = token_time(curves, curve_n, mf, mi, i, mf[i, V]), step_growth(curves, mi, i)
+        if growth == 0.0:
+            mf[i, V] += (t - cur) / step
+        else:   # the iterations whose steps, growing linearly, add up to t - cur
+            mf[i, V] += 2.0 * (t - cur) / (step + math.sqrt(step * step + 2.0 * growth * (t - cur)))
         mf[i, BUSY] += t - cur
 
 
@@ -158,7 +168,8 @@ def reaches(mf, mi, curves, curve_n, i, target):
             return cur + (target - v) / mf[i, B_RIDE] * span
         v += gain
         cur = mf[i, B_END]
-    return cur + max(target - v, 0.0) * token_time(curves, curve_n, mi, i, mi[i, N_DEC])
+    left = max(target - v, 0.0)
+    return cur + left * (token_time(curves, curve_n, mf, mi, i, v) + 0.5 * step_growth(curves, mi, i) * left)
 
 
 @inline
@@ -393,7 +404,7 @@ def plan_batch(mf, mi, dec_v, heap_f, heap_i, counters, curves, curve_n, cfg, i,
     if mi[i, N_DEC]:
         advance(mf, mi, curves, curve_n, i, now)
         v = mf[i, V]
-        at = now + (math.ceil(v) - v) * token_time(curves, curve_n, mi, i, mi[i, N_DEC])
+        at = now + (math.ceil(v) - v) * token_time(curves, curve_n, mf, mi, i, v)
         if not pauses:
             at = reaches(mf, mi, curves, curve_n, i, dec_v[i, 0])
     if mi[i, PLAN_VERSION] > 0 and mf[i, PLAN_AT] <= at:
@@ -546,9 +557,10 @@ def start_decode(req_i, mf, mi, dec_v, dec_r, heap_f, heap_i, counters, curves, 
     v = mf[d, V]
     begin = math.ceil(v) if mi[d, N_DEC] else v
     decode_push(dec_v, dec_r, mi, d, begin + (req_i[rid, OUTPUT] - 1), rid)
+    mf[d, CTX] += req_i[rid, PROMPT] + 1 - begin
     plan_decode_end(mf, mi, dec_v, curves, curve_n, heap_f, heap_i, counters, d)
     if mi[d, PLAN_VERSION] > 0:             # a long prompt waits for the run to end: the join pauses it
-        at = now + (begin - v) * token_time(curves, curve_n, mi, d, mi[d, N_DEC])
+        at = now + (begin - v) * token_time(curves, curve_n, mf, mi, d, v)
         if at < mf[d, PLAN_AT]:
             mi[d, PLAN_VERSION] += 1
             mf[d, PLAN_AT] = at
@@ -619,7 +631,10 @@ def decode_end(req_f, req_i, mf, mi, dec_v, dec_r, wait, tour, heap_f, heap_i, c
     advance(mf, mi, curves, curve_n, i, now)
     while mi[i, N_DEC] and dec_v[i, 0] <= mf[i, V] + 1e-6:
         rid = dec_r[i, 0]
+        mf[i, CTX] -= req_i[rid, PROMPT] + 1 - (dec_v[i, 0] - (req_i[rid, OUTPUT] - 1))
         decode_pop(dec_v, dec_r, mi, i)
+        if mi[i, N_DEC] == 0:
+            mf[i, CTX] = 0.0                # (no sum of many differences left over)
         finish(req_f, req_i, slos, slo_limit, slo_ref, counters, now, rid)
         amount = req_f[rid, MEM_P] + req_f[rid, MEM_T]
         mf[i, MEM] -= amount
