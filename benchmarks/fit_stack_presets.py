@@ -113,11 +113,16 @@ def held_out(backend: str, train: pd.DataFrame, test: pd.DataFrame, ratio_rows: 
 
 def toml_of(stack: Stack, errors: dict) -> str:
     """The preset's TOML: its parameters, then per held-out GPU the errors of a fit that saw neither it nor the
-    models asked for."""
+    models asked for; and those of its mixture-of-experts efficiencies (keys "moe GPU", from
+    benchmarks/bench_moe_estimate.py)."""
     lines = [stack.to_toml().rstrip("\n")]
     for gpu, figures in errors.items():
-        lines += ["", f"# held out: fitted on the other models and GPUs, asked for these on {gpu} "
-                  "(benchmarks/fit_stack_presets.py)", f'[held_out."{gpu}"]']
+        if gpu.startswith("moe "):
+            lines += ["", f"# held out (MoE): each mixture of experts predicted on {gpu[4:]} at the MoE efficiencies "
+                      "fitted on the other models (benchmarks/bench_moe_estimate.py)", f'[held_out."{gpu}"]']
+        else:
+            lines += ["", f"# held out: fitted on the other models and GPUs, asked for these on {gpu} "
+                      "(benchmarks/fit_stack_presets.py)", f'[held_out."{gpu}"]']
         lines += [f"{k} = {v!r}".replace("'", '"') for k, v in figures.items()]
     return "\n".join(lines) + "\n"
 
@@ -157,8 +162,10 @@ def main() -> None:
         current = everything[everything["hardware"] == "h100-80gb"]["version"].iloc[0].split()[-1]
         others = sorted({v for v in everything["version"] if not v.endswith(" " + current)})
         version = f"{backend} {current}" + (f" ({', '.join(others)})" if others else "")
+        shipped = load_stack(backend)   # (its MoE efficiencies and their held-out errors are bench_moe_estimate.py's)
         stack = dataclasses.replace(fitted(everything, backend, source), cap_slowdown=load_stack().cap_slowdown,
-                                    version=version)
+                                    version=version, **shipped.moe_parameters())
+        errors.update({k: v for k, v in shipped.held_out.items() if k.startswith("moe ")})
         print(f"[presets] {backend}: {len(everything)} rows, fitted in {time.perf_counter() - t0:.0f} s: "
               + ", ".join(f"{k} {v:.4g}" for k, v in stack.parameters().items()), flush=True)
         if not args.dry_run:

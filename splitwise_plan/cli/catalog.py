@@ -194,24 +194,31 @@ def _fit_stack(measured: Path, model: str, machine: str, tp: int, machines_file:
 def models_cmd(
     model: Optional[str] = typer.Argument(None, metavar="[NAME|CONFIG]",
                                           help="One model: a built-in name or a config.json (default: the built-ins)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", metavar="bf16|fp8", help="Precision of the weights."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", metavar="bf16|fp8|mxfp4",
+                                        help="Precision of the weights (mxfp4: a mixture's experts at MXFP4)."),
 ) -> None:
-    """List the model architectures the tool knows (or read a config.json): layers, heads, parameters,
-    weights and KV cache per token.
+    """List the model architectures the tool knows (or read a config.json): layers, heads, experts, parameters
+    (total and active), weights and KV cache per token.
 
     e.g. `splitwise-plan models`, or `splitwise-plan models ./my-model/config.json --dtype fp8`.
     """
     from splitwise_plan.inputs.models import get_model, model_names
 
     specs = [get_model(n, dtype=dtype) for n in ([model] if model else model_names())]
-    table = Table(title="Models (dense transformers; weights at their dtype, KV cache per token at bf16)")
-    for col in ("name", "layers", "hidden", "heads", "KV heads", "params B", "dtype", "weights GB", "KV KiB/token",
-                "KV sizing"):
+    table = Table(title="Models (weights at their dtype, KV cache per token at bf16)",
+                  caption="experts: routed experts a layer x those a token uses (+ shared); every expert's weights are "
+                          "held, a token computes on the active parameters")
+    for col in ("name", "layers", "hidden", "heads", "KV heads", "experts", "params B", "active B", "dtype",
+                "weights GB", "KV KiB/token", "KV sizing"):
         table.add_column(col, justify="left" if col in ("name", "dtype", "KV sizing") else "right")
     for m in specs:
+        e = m.experts
+        experts = "-" if e is None else f"{e.count} x {e.per_token}" + (f" +{e.shared}" if e.shared else "")
+        kv_sizing = m.kv_sizing + (f" ({m.kv_layers} of {m.num_layers} layers)" if m.kv_layers else "")
         table.add_row(m.name, str(m.num_layers), f"{m.hidden_size:,}", str(m.num_heads or "-"),
-                      str(m.num_kv_heads or "-"), f"{m.params / 1e9:,.1f}" if m.params else "-", m.dtype,
-                      f"{m.weights_bytes / 1e9:,.0f}", f"{m.kv_bytes_per_token / 1024:,.0f}", m.kv_sizing)
+                      str(m.num_kv_heads or "-"), experts, f"{m.params / 1e9:,.1f}" if m.params else "-",
+                      f"{m.active_params / 1e9:,.1f}" if m.active_params else "-", m.dtype,
+                      f"{m.weights_bytes / 1e9:,.0f}", f"{m.kv_bytes_per_token / 1024:,.0f}", kv_sizing)
     console().print(table)
 
 

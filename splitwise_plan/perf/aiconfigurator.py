@@ -6,6 +6,11 @@ per GPU and per serving stack (vLLM, SGLang, TensorRT-LLM), read through its SDK
 pool's latencies are asked of it. A pool's latencies come out as profile rows, as the analytic estimate's
 do, so the simulators read them as they read measurements. Without a version, each GPU gets the version
 that aiconfigurator-core calls current for that backend, and the reports write it out.
+
+A mixture of experts (Mixtral, Qwen3-MoE, gpt-oss, DeepSeek-V3) is built with its experts spread over all
+the instance's GPUs (``moe_ep_size`` = TP, ``moe_tp_size`` 1) and its attention at the instance's TP, from
+aiconfigurator's measured MoE kernels: bf16, fp8 as 128x128 blocks (the released fp8 checkpoints'), and
+gpt-oss's MXFP4 experts (the only ones it measured for gpt-oss).
 """
 
 from __future__ import annotations
@@ -35,7 +40,17 @@ SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "h100-80gb-pcap": "
            "l40s-48gb": "l40s"}
 #: Hugging Face architectures and the one aiconfigurator builds for each (Mistral's layers are Llama's).
 ARCHITECTURES = {"LlamaForCausalLM": "LlamaForCausalLM", "MistralForCausalLM": "LlamaForCausalLM",
-                 "Qwen2ForCausalLM": "Qwen2ForCausalLM", "Qwen3ForCausalLM": "Qwen3ForCausalLM"}
+                 "Qwen2ForCausalLM": "Qwen2ForCausalLM", "Qwen3ForCausalLM": "Qwen3ForCausalLM",
+                 "MixtralForCausalLM": "MixtralForCausalLM", "Qwen3MoeForCausalLM": "Qwen3MoeForCausalLM",
+                 "GptOssForCausalLM": "GptOssForCausalLM", "DeepseekV3ForCausalLM": "DeepseekV3ForCausalLM"}
+#: Each mixture-of-experts architecture's model_type and the config keys it spells its experts with (count,
+#: width); aiconfigurator reads them as Hugging Face spells them.
+MOE_KEYS = {"MixtralForCausalLM": ("mixtral", "num_local_experts", "intermediate_size"),
+            "Qwen3MoeForCausalLM": ("qwen3_moe", "num_experts", "moe_intermediate_size"),
+            "GptOssForCausalLM": ("gpt_oss", "num_local_experts", "intermediate_size"),
+            "DeepseekV3ForCausalLM": ("deepseek_v3", "n_routed_experts", "moe_intermediate_size")}
+#: aiconfigurator's quantization of a mixture's weights at each dtype: (GEMMs, experts).
+MOE_QUANT = {"bf16": ("bfloat16", "bfloat16"), "fp8": ("fp8_block", "fp8_block"), "mxfp4": ("bfloat16", "w4a16_mxfp4")}
 #: Batch tokens of the rows: a prefill of that many tokens, a decode step of that many sequences.
 BATCH_TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
                 8192, 16384)
@@ -79,7 +94,8 @@ class AIConfiguratorStack:
                                      f"{version} data for {machine.name}'s GPU ({system}); it has "
                                      f"{', '.join(held) or 'none'} (without @VERSION each GPU reads its current one)")
         handle = _engine(_config_text(model), system, self.backend, version, int(tensor_parallel), model.dtype)
-        where = f"{self.name}: {model.name} on {system} at TP{tensor_parallel}"
+        ep = f" (experts at EP{tensor_parallel})" if getattr(model, "experts", None) is not None else ""
+        where = f"{self.name}: {model.name} on {system} at TP{tensor_parallel}{ep}"
         prefill = _queried(where, lambda: [handle.predict_prefill_latency(1, x) for x in BATCH_TOKENS])
         context = self.context_tokens or DECODE_CONTEXT
         decode = _queried(where, lambda: [handle.decode_step_latency(x, context, 1) for x in BATCH_TOKENS])
@@ -90,7 +106,7 @@ class AIConfiguratorStack:
             prefill = prefill * (1.0 + (self.cap_slowdown - 1.0) * (1.0 - cap) / (1.0 - self.cap_reference))
         rows = phase_rows(model.name, machine.hardware, tensor_parallel, BATCH_TOKENS, prefill, decode)
         capped = f", prefill slowed for the {cap:.0%} power cap" if cap is not None and cap < 1 else ""
-        return rows, (f"aiconfigurator-core {_core_version()}, {self.backend} {version} on {system} (decode at "
+        return rows, (f"aiconfigurator-core {_core_version()}, {self.backend} {version} on {system}{ep} (decode at "
                       f"{context:,} tokens of context{capped})")
 
 
@@ -163,9 +179,9 @@ def _versions(system: str, backend: str) -> tuple[str, ...]:
 def _config_text(model) -> str:
     """The config.json aiconfigurator builds ``model`` from (its own files may lack RoPE and the positions)."""
     arch = model.architecture or ("LlamaForCausalLM" if model.num_heads and model.mlp_matrices == 3 else "")
-    if arch not in ARCHITECTURES:
+    if arch not in ARCHITECTURES or (arch in MOE_KEYS) != (getattr(model, "experts", None) is not None):
         raise SplitwisePlanError(f"aiconfigurator models no {arch or 'unknown'} architecture ({model.name}); it "
-                                 f"builds {', '.join(sorted(ARCHITECTURES))} of the dense models this tool sizes")
+                                 f"builds {', '.join(sorted(ARCHITECTURES))} of the models this tool sizes")
     config = {"architectures": [ARCHITECTURES[arch]], "model_type": ARCHITECTURES[arch][:-len("ForCausalLM")].lower(),
               "num_hidden_layers": model.num_layers, "hidden_size": model.hidden_size,
               "num_attention_heads": model.num_heads, "num_key_value_heads": model.num_kv_heads,
@@ -173,7 +189,24 @@ def _config_text(model) -> str:
               "vocab_size": model.vocab_size, "max_position_embeddings": model.max_positions or 131072,
               "rope_theta": model.rope_theta or 10000.0, "tie_word_embeddings": model.tie_word_embeddings,
               "hidden_act": "silu", "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16"}
+    if arch in MOE_KEYS:
+        config.update(_moe_fields(model, arch))
     return json.dumps(config, sort_keys=True)
+
+
+def _moe_fields(model, arch: str) -> dict:
+    """A mixture's config keys as its Hugging Face config spells them: experts, MLA, sliding layers."""
+    model_type, count_key, width_key = MOE_KEYS[arch]
+    e = model.experts
+    fields = {"model_type": model_type, count_key: e.count, width_key: e.width, "num_experts_per_tok": e.per_token}
+    if model.mla is not None:
+        m = model.mla
+        fields.update(n_shared_experts=e.shared, first_k_dense_replace=e.dense_layers, q_lora_rank=m.q_rank or None,
+                      kv_lora_rank=m.kv_rank, qk_nope_head_dim=m.nope_dim, qk_rope_head_dim=m.rope_dim,
+                      v_head_dim=m.v_dim, head_dim=None)
+    if model.kv_layers:   # gpt-oss: sliding and full-attention layers in turn (aiconfigurator's window is 128)
+        fields.update(sliding_window=128, layer_types=["sliding_attention", "full_attention"] * (model.num_layers // 2))
+    return fields
 
 
 @functools.lru_cache(maxsize=64)
@@ -181,6 +214,9 @@ def _engine(config_text: str, system: str, backend: str, version: str, tensor_pa
     """aiconfigurator's engine of one model, GPU, backend, version and TP (about 1 s to build; kept)."""
     sdk = _sdk()
     quant = {"gemm_quant_mode": "fp8"} if dtype == "fp8" else {}
+    if "num_experts_per_tok" in json.loads(config_text):   # a mixture: experts over all the instance's GPUs
+        gemm, experts = MOE_QUANT[dtype]
+        quant = dict(gemm_quant_mode=gemm, moe_quant_mode=experts, moe_tp_size=1, moe_ep_size=tensor_parallel)
     where = f"aiconfigurator:{backend}@{version} on {system} at TP{tensor_parallel}"
     with tempfile.TemporaryDirectory(prefix="splitwise-plan-aic-") as folder:   # a local folder: never downloads
         (Path(folder) / "config.json").write_text(config_text)

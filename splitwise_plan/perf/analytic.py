@@ -16,6 +16,18 @@ Times, for one batch at tensor parallelism ``t`` (all rates are per GPU, from th
   bytes ``weights + b*c*kv_bytes_per_token``, FLOPs ``2*params*b + 4*layers*hidden*c*b``;
   ``time = decode_overhead + max(bytes/(t*bw*eff_bw), FLOPs*cap/(t*peak*eff_compute))
   + comm(b*hidden*2 bytes) + b*layers*hidden*decode_request_bytes/bw``.
+
+A mixture of experts (``Architecture.experts`` > 0) computes on its active parameters (``params`` above is
+``active_params``), and a batch of ``x`` tokens reads the experts it touches, not all of them: of ``E``
+routed experts a layer, each token using ``k``, ``x`` tokens touch about ``E * (1 - (1 - k/E)^x)`` (at most
+``min(E, x*k)``; uniform routing), so the weights read are the other weights plus that share of the routed
+experts' bytes. A stack's MoE efficiencies (:data:`~.stack.MOE_PARAMETER_DOCS`) slow the routed experts'
+prefill FLOPs (``moe_compute_slowdown``) and their reads (``moe_read_slowdown``), and add a fixed cost to each
+MoE layer of a prefill or a decode step (``moe_layer_overhead_ms``). The attention terms read ``attention_layers`` (those attending to the whole context) of width
+``attention_width`` (heads x query head size) in place of ``layers`` and ``hidden``. Expert parallelism
+equal to the instance's GPUs shares the experts' reads and FLOPs over all ``t`` GPUs as tensor parallelism
+shares a dense model's; its all-to-alls are counted as the all-reduces they replace. A dense model's numbers
+are the same as without these fields.
 """
 
 from __future__ import annotations
@@ -42,7 +54,8 @@ _EFFICIENCIES = 3   # the first three fitted parameters are fractions in (0, 1]
 
 
 class Architecture(NamedTuple):
-    """What the latency of a dense transformer depends on; bytes for the served precision."""
+    """What the latency of a transformer depends on; bytes for the served precision. The fields after
+    ``weights_dtype`` are a mixture of experts' (their defaults: a dense model)."""
 
     name: str
     params: float
@@ -53,6 +66,14 @@ class Architecture(NamedTuple):
     weights_bytes: float
     kv_bytes_per_token: float
     weights_dtype: str = "bf16"   # "fp8": the GPU's fp8 peak applies where it has one
+    active_params: float = 0.0    # parameters one token computes on (0: all of them)
+    experts: int = 0              # routed experts a MoE layer (0: dense)
+    experts_per_token: int = 0    # routed experts each token uses
+    moe_layers: int = 0           # layers whose MLP is a mixture of experts
+    expert_params: float = 0.0    # parameters of all the routed experts of all the layers
+    expert_weights_bytes: float = 0.0   # their bytes
+    attention_layers: int = 0     # layers attending to the whole context (0: num_layers)
+    attention_width: int = 0      # heads x query head size (0: hidden_size)
 
 
 class Accelerator(NamedTuple):
@@ -99,13 +120,43 @@ def _columns(archs, accels, tp, prompt_size, batch_size, token_size) -> dict:
     cap = f(accels, "power_cap")
     if np.any(cap <= 0) or np.any(cap > 1) or np.any(f(accels, "interconnect_gbps") < 0):
         raise SplitwisePlanError("an accelerator's power_cap must be in (0, 1] and its interconnect not negative")
-    return dict(params=f(archs, "params"), layers=f(archs, "num_layers"), hidden=f(archs, "hidden_size"),
-                weights=f(archs, "weights_bytes"), kv=f(archs, "kv_bytes_per_token"),
+    active, attn_layers, width = f(archs, "active_params"), f(archs, "attention_layers"), f(archs, "attention_width")
+    return dict(params=np.where(active > 0, active, f(archs, "params")), layers=f(archs, "num_layers"),
+                hidden=f(archs, "hidden_size"), weights=f(archs, "weights_bytes"), kv=f(archs, "kv_bytes_per_token"),
+                experts=f(archs, "experts"), per_token=f(archs, "experts_per_token"),
+                expert_params=f(archs, "expert_params"), expert_bytes=f(archs, "expert_weights_bytes"),
+                moe_layers=f(archs, "moe_layers"),
+                attn_layers=np.where(attn_layers > 0, attn_layers, f(archs, "num_layers")),
+                width=np.where(width > 0, width, f(archs, "hidden_size")),
                 bw=f(accels, "hbm_tbps") * 1e12, link=f(accels, "interconnect_gbps") * 1e9,
                 peak=np.where(fp8, f(accels, "fp8_tflops"), f(accels, "bf16_tflops")) * 1e12,
                 capped=(1.0 - cap) / (1.0 - CAP_REFERENCE),
                 t=np.asarray(tp, np.float64), s=np.asarray(prompt_size, np.float64),
                 b=np.asarray(batch_size, np.float64), n=np.asarray(token_size, np.float64))
+
+
+def touched_share(experts, per_token, tokens) -> np.ndarray:
+    """The share of a MoE layer's routed experts that a batch of ``tokens`` tokens touches, each using
+    ``per_token`` of ``experts`` (uniform routing: ``1 - (1 - k/E)^tokens``, at most ``tokens * k / E``); 1
+    where ``experts`` is 0 (a dense model reads all its weights)."""
+    e = np.asarray(experts, np.float64)
+    miss = 1.0 - np.asarray(per_token, np.float64) / np.where(e > 0, e, 1.0)
+    return np.where(e > 0, 1.0 - np.power(np.clip(miss, 0.0, 1.0), np.asarray(tokens, np.float64)), 1.0)
+
+
+def _read_bytes(c: dict, p: dict, tokens) -> np.ndarray:
+    """Weight bytes a batch of ``tokens`` tokens reads: all of a dense model's; a mixture's other weights and
+    the experts its tokens touch, these at the stack's ``moe_read_slowdown``."""
+    routed = c["expert_bytes"]
+    slow = p.get("moe_read_slowdown", 1.0)
+    return c["weights"] - routed + slow * routed * touched_share(c["experts"], c["per_token"], tokens)
+
+
+def _compute_params(c: dict, p: dict) -> np.ndarray:
+    """Parameters a token computes on: all of a dense model's; a mixture's active ones, its routed experts' at
+    the stack's ``moe_compute_slowdown``."""
+    routed = c["expert_params"] * c["per_token"] / np.where(c["experts"] > 0, c["experts"], 1.0)
+    return c["params"] + (p.get("moe_compute_slowdown", 1.0) - 1.0) * routed
 
 
 def _times_ms(c: dict, p: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -122,14 +173,15 @@ def _times_ms(c: dict, p: dict) -> tuple[np.ndarray, np.ndarray]:
     def comm(message_bytes):   # two all-reduces per layer
         return 2.0 * c["layers"] * (ring_latency + 2.0 * (t - 1.0) / t * message_bytes / (link * p["eff_net"]))
 
-    tokens = s * b
-    flops = 2.0 * c["params"] * tokens + 2.0 * c["layers"] * c["hidden"] * s * s * b
-    prompt = np.maximum(p["prompt_overhead_ms"] * 1e-3,
-                        np.maximum(flops / compute_rate, c["weights"] / mem_rate) + comm(tokens * c["hidden"] * 2.0))
+    tokens, params = s * b, _compute_params(c, p)
+    flops = 2.0 * params * tokens + 2.0 * c["attn_layers"] * c["width"] * s * s * b
+    moe_fixed = c["moe_layers"] * p.get("moe_layer_overhead_ms", 0.0) * 1e-3
+    prompt = np.maximum(p["prompt_overhead_ms"] * 1e-3, np.maximum(flops / compute_rate, _read_bytes(c, p, tokens) / mem_rate)
+                        + comm(tokens * c["hidden"] * 2.0) + moe_fixed)
     ctx = s + c["n"] / 2.0
-    read = c["weights"] + b * ctx * c["kv"]
-    dflops = 2.0 * c["params"] * b + 4.0 * c["layers"] * c["hidden"] * ctx * b
-    decode = (p["decode_overhead_ms"] * 1e-3 + np.maximum(read / mem_rate, dflops / compute_rate)
+    read = _read_bytes(c, p, b) + b * ctx * c["kv"]
+    dflops = 2.0 * c["params"] * b + 4.0 * c["attn_layers"] * c["width"] * ctx * b
+    decode = (p["decode_overhead_ms"] * 1e-3 + moe_fixed + np.maximum(read / mem_rate, dflops / compute_rate)
               + comm(b * c["hidden"] * 2.0) + b * c["layers"] * c["hidden"] * p["decode_request_bytes"] / c["bw"])
     return prompt * 1e3, decode * 1e3
 
@@ -150,7 +202,7 @@ def predict_times(arch: Architecture, accel: Accelerator, tp: int, stack: Stack,
         raise SplitwisePlanError("prompt_size and batch_size must be at least 1 and token_size not negative")
     k = s.size
     c = _columns([arch] * k, [accel] * k, np.full(k, tp), s.ravel(), b.ravel(), n.ravel())
-    prompt, decode = _times_ms(c, stack.parameters())
+    prompt, decode = _times_ms(c, {**stack.parameters(), **stack.moe_parameters()})
     return prompt.reshape(s.shape), decode.reshape(s.shape)
 
 

@@ -28,15 +28,25 @@ class Sourced(NamedTuple):
 
 
 def architecture_of(model) -> Architecture:
-    """The analytic model's view of a :class:`~splitwise_plan.inputs.models.ModelSpec`."""
+    """The analytic model's view of a :class:`~splitwise_plan.inputs.models.ModelSpec`: a mixture of experts
+    with its active parameters, its experts and the bytes of their weights."""
     heads = int(getattr(model, "num_heads", 0) or 0)
     if not heads:
         raise SplitwisePlanError(f"model {model.name} gives no attention heads: its latency cannot be estimated "
                                  "(give its config.json, or a measured profile with --profiles)")
     params = float(getattr(model, "params", 0) or model.weights_bytes / max(getattr(model, "bytes_per_param", 2), 1))
-    return Architecture(model.name, params, int(model.num_layers), int(model.hidden_size), heads,
-                        int(getattr(model, "num_kv_heads", 0) or heads), float(model.weights_bytes),
-                        float(model.kv_bytes_per_token), getattr(model, "dtype", "bf16"))
+    dense = Architecture(model.name, params, int(model.num_layers), int(model.hidden_size), heads,
+                         int(getattr(model, "num_kv_heads", 0) or heads), float(model.weights_bytes),
+                         float(model.kv_bytes_per_token), getattr(model, "dtype", "bf16"))
+    experts = getattr(model, "experts", None)
+    if experts is None:
+        return dense
+    return dense._replace(active_params=float(model.active_params), experts=int(experts.count),
+                          experts_per_token=int(experts.per_token), moe_layers=int(model.moe_layers),
+                          expert_params=float(model.expert_params),
+                          expert_weights_bytes=min(float(model.expert_weights_bytes), float(model.weights_bytes)),
+                          attention_layers=int(model.kv_layers or model.num_layers),
+                          attention_width=int(heads * model.head_dim))
 
 
 def accelerator_of(machine) -> Accelerator:
@@ -214,14 +224,15 @@ def _profile_name(profiles) -> str:
 def reference_machine(slos, model, machines):
     """The catalog machine slowdowns are measured on (its GPU is the SLOs' reference hardware) and the
     reason the model cannot run alone on it at the reference TP ('' when it can); (None, why) when the
-    catalog has no machine of that hardware."""
+    catalog has no machine of that hardware. A request alone needs no batch's KV cache: the weights need only
+    fit the HBM, not the 90% of it a serving instance leaves them (DeepSeek-V3 at fp8 takes 98% of a DGX-A100)."""
     from splitwise_plan.inputs.models import weights_fit_problem
 
     hw, tp = slos.reference_hardware.lower(), slos.reference_tensor_parallel
     machine = next((m for m in machines.values() if m.hardware == hw and m.base is None), None)
     if machine is None:
         return None, f"no machine of the catalog has {hw} GPUs"
-    return machine, weights_fit_problem(model, machine, tp if tp < machine.gpus else 0) or ""
+    return machine, weights_fit_problem(model, machine, tp if tp < machine.gpus else 0, share=1.0) or ""
 
 
 def reference_latency(slos, profiles, model, machines, stack: Stack | None = None) -> Sourced:

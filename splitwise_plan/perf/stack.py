@@ -38,6 +38,18 @@ PARAMETER_DOCS = {
     "cap_slowdown": ("how much slower the compute-bound part runs under a 70% power cap (the paper: prefill "
                      "slows, the memory-bound decode barely does); other caps scale it linearly"),
 }
+#: A mixture of experts' own efficiencies, beside the dense ones; optional in a stack's TOML, their defaults
+#: (``MOE_DEFAULTS``) as fast as a dense model's. The presets' are fitted on AIConfigurator's measured MoE
+#: kernels: benchmarks/bench_moe_estimate.py.
+MOE_PARAMETER_DOCS = {
+    "moe_compute_slowdown": ("how many times slower a mixture's routed experts compute than dense matrix "
+                             "multiplications of their FLOPs (grouped GEMMs, routing imbalance over the GPUs)"),
+    "moe_read_slowdown": ("how many times slower a mixture's routed experts are read than dense weights of their "
+                          "bytes (small grouped GEMMs, routing imbalance over the GPUs)"),
+    "moe_layer_overhead_ms": ("fixed cost of each mixture-of-experts layer in a prefill or a decode step (routing, "
+                              "dispatch, combine), ms"),
+}
+MOE_DEFAULTS = {"moe_compute_slowdown": 1.0, "moe_read_slowdown": 1.0, "moe_layer_overhead_ms": 0.0}
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,9 @@ class Stack:
     allreduce_step_bytes: float
     decode_request_bytes: float
     cap_slowdown: float = 1.0
+    moe_compute_slowdown: float = 1.0
+    moe_read_slowdown: float = 1.0
+    moe_layer_overhead_ms: float = 0.0
     source: str = ""
     version: str = ""   # the engine and version a preset was fitted on, for reports ('' the paper's 2023 stack)
     #: the KV tokens each sequence of an estimated decode step holds (None: not bound to a stream yet)
@@ -70,6 +85,11 @@ class Stack:
                 raise SplitwisePlanError(f"stack {self.name!r}: {name} out of range: {value}")
         if self.cap_slowdown < 1:
             raise SplitwisePlanError(f"stack {self.name!r}: cap_slowdown must be at least 1, got {self.cap_slowdown}")
+        for name, default in MOE_DEFAULTS.items():
+            value, least = getattr(self, name), "positive" if default else "not negative"
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                    or value < 0 or (default and value == 0)):
+                raise SplitwisePlanError(f"stack {self.name!r}: {name} must be a finite number, {least}, got {value!r}")
 
     def with_context(self, tokens: float) -> "Stack":
         """The same stack, its estimated decode steps read at ``tokens`` of context per sequence."""
@@ -78,6 +98,10 @@ class Stack:
     def parameters(self) -> dict:
         """The numeric parameters by name, in the order of ``PARAMETER_DOCS``."""
         return {name: float(getattr(self, name)) for name in PARAMETER_DOCS}
+
+    def moe_parameters(self) -> dict:
+        """A mixture of experts' efficiencies by name (``MOE_PARAMETER_DOCS``)."""
+        return {name: float(getattr(self, name)) for name in MOE_PARAMETER_DOCS}
 
     def to_toml(self) -> str:
         """The stack as TOML text, each parameter with its meaning in a comment."""
@@ -88,6 +112,9 @@ class Stack:
         for name, value in self.parameters().items():
             lines.append(f"# {PARAMETER_DOCS[name]}")
             lines.append(f"{name} = {value:.6g}")
+        for name, value in self.moe_parameters().items():
+            if value != MOE_DEFAULTS[name]:
+                lines += [f"# {MOE_PARAMETER_DOCS[name]}", f"{name} = {value:.6g}"]
         return "\n".join(lines) + "\n"
 
 

@@ -170,6 +170,67 @@ def test_it_replaces_the_shipped_measurements_of_every_pool():
 
 
 @needs_aic
+@pytest.mark.parametrize("name, shipped, system, dtype", [
+    ("qwen3-30b-a3b", "Qwen--Qwen3-30B-A3B", "h100_sxm", "bf16"),
+    ("deepseek-v3", "deepseek-ai--DeepSeek-V3", "h200_sxm", "fp8"),
+    ("gpt-oss-120b", "openai--gpt-oss-120b", "h100_sxm", "mxfp4"),
+    ("mixtral-8x7b", "mistralai--Mixtral-8x7B-v0.1", "b200_sxm", "bf16"),
+])
+def test_moe_rows_are_engine_handle_numbers_for_its_own_config_at_ep_of_the_instance(name, shipped, system, dtype):
+    # our config.json of each mixture against aiconfigurator's shipped one, its experts over the 8 GPUs of the
+    # instance (moe_ep_size 8, moe_tp_size 1) and its attention at TP8, at its release's quantization
+    import tempfile
+
+    import aiconfigurator_core
+    from aiconfigurator_core.sdk import EngineHandle
+    gemm, experts = aic.MOE_QUANT[dtype]
+    config = json.loads((Path(aiconfigurator_core.__file__).parent / "model_configs" / f"{shipped}_config.json").read_text())
+    config.pop("quantization_config", None)   # (DeepSeek-V3's would put its KV cache at fp8 too: ours is at bf16)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(config))
+        h = EngineHandle.compile(tmp, system, "vllm", tp_size=8, moe_tp_size=1, moe_ep_size=8, backend_version="0.24.0",
+                                 gemm_quant_mode=gemm, moe_quant_mode=experts)
+        prefill = [h.predict_prefill_latency(1, x) for x in aic.BATCH_TOKENS]
+        decode = [h.decode_step_latency(x, 2048, 1) for x in aic.BATCH_TOKENS]
+    model = get_model(name)
+    assert model.dtype == dtype
+    machine = next(m for m in BUILTIN_MACHINES.values() if aic.SYSTEMS.get(m.hardware) == system and not m.power_cap)
+    rows, detail = aic.AIConfiguratorStack("vllm", "0.24.0", context_tokens=2048).rows(model, machine, 8)
+    assert f"vllm 0.24.0 on {system} (experts at EP8)" in detail
+    for row, p, d, x in zip(rows, prefill, decode, aic.BATCH_TOKENS):
+        if p >= max(prefill[:aic.BATCH_TOKENS.index(x) + 1]):   # where its curve does not dip
+            assert row["prompt_time"] == pytest.approx(p, rel=0.01)
+        if d >= max(decode[:aic.BATCH_TOKENS.index(x) + 1]):
+            assert row["token_time"] == pytest.approx(d, rel=0.01)
+
+
+def test_a_moe_config_text_holds_the_fields_aiconfigurator_reads():
+    ds = json.loads(aic._config_text(get_model("deepseek-v3")))
+    assert ds["architectures"] == ["DeepseekV3ForCausalLM"] and ds["model_type"] == "deepseek_v3"
+    assert (ds["n_routed_experts"], ds["num_experts_per_tok"], ds["moe_intermediate_size"], ds["n_shared_experts"],
+            ds["first_k_dense_replace"], ds["intermediate_size"]) == (256, 8, 2048, 1, 3, 18432)
+    assert (ds["q_lora_rank"], ds["kv_lora_rank"], ds["qk_nope_head_dim"], ds["qk_rope_head_dim"], ds["v_head_dim"]) \
+        == (1536, 512, 128, 64, 128)
+    oss = json.loads(aic._config_text(get_model("gpt-oss-120b")))
+    assert (oss["num_local_experts"], oss["num_experts_per_tok"], oss["sliding_window"]) == (128, 4, 128)
+    assert oss["layer_types"][:2] == ["sliding_attention", "full_attention"] and len(oss["layer_types"]) == 36
+    qwen = json.loads(aic._config_text(get_model("qwen3-30b-a3b")))
+    assert (qwen["model_type"], qwen["num_experts"], qwen["moe_intermediate_size"]) == ("qwen3_moe", 128, 768)
+    assert "num_experts_per_tok" not in json.loads(aic._config_text(get_model("llama-3.1-8b")))
+
+
+@needs_aic
+def test_a_moe_plan_on_it_names_the_source_and_the_expert_parallelism(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    code = main(["--goal", "min-cost", "--rps", "20", "--model", "qwen3-30b-a3b", "--designs", "H100:H100", "--tp", "8",
+                 "--seeds", "1", "--duration", "30", "--stack", "aiconfigurator:vllm", "--json", str(out), "-q"])
+    assert code == 0, capsys.readouterr().err
+    sources = json.loads(out.read_text())["inputs"]["latency_sources"]
+    assert "vllm 0.24.0 on h100_sxm (experts at EP8)" in sources["dgx-h100"]
+    assert "vllm 0.14.0 on a100_sxm (experts at EP8)" in sources["reference"]
+
+
+@needs_aic
 def test_a_plan_on_it_names_the_source_backend_and_version(tmp_path, capsys):
     out = tmp_path / "plan.json"
     code = main(["--goal", "min-cost", "--rps", "20", "--model", "llama-3.1-70b", "--workload", "conversation",
@@ -191,12 +252,15 @@ def test_the_presets_ship_their_held_out_errors_and_profiles_prints_them(capsys)
     for name in ("vllm", "sglang", "trtllm"):
         stack = load_stack(name)
         assert stack.version.startswith(name + " ") and "aiconfigurator-core" in stack.source
-        assert set(stack.held_out) == {"h200-141gb", "b200-180gb"}
+        assert set(stack.held_out) == {"h200-141gb", "b200-180gb",   # and the MoE estimate's, per GPU
+                                       "moe h100-80gb", "moe h200-141gb", "moe b200-180gb"}
     assert main(["profiles"]) == 0
     out = capsys.readouterr().out
     assert "Stack presets (--stack NAME)" in out
     vllm_b200 = next(line for line in out.splitlines() if "vllm" in line and "b200-180gb" in line)
     assert f"{load_stack('vllm').held_out['b200-180gb']['ratio_to_h100_median_pct']:.1f}" in vllm_b200
+    vllm_moe = next(line for line in out.splitlines() if "vllm" in line and "moe h200-141gb" in line)
+    assert f"{load_stack('vllm').held_out['moe h200-141gb']['decode_median_pct']:.1f}" in vllm_moe
 
 
 def test_an_estimate_names_the_preset_and_its_version():

@@ -19,6 +19,7 @@ from splitwise_plan.perf.analytic import (
     fit_stack,
     held_out_errors,
     predict_times,
+    touched_share,
 )
 from splitwise_plan.perf.profiles import ProfileSet
 from splitwise_plan.perf.stack import Stack, load_stack
@@ -137,3 +138,85 @@ def test_bad_stacks_and_inputs_raise(tmp_path):
         predict_times(TOY, TOY_GPU, 0, IDEAL, 128, 1)
     with pytest.raises(SplitwisePlanError, match="no architecture"):
         fit_stack(pd.DataFrame(estimate_rows(TOY, TOY_GPU, 1, IDEAL)))
+
+
+# --- mixtures of experts ---------------------------------------------------------------------------------
+
+# A toy mixture: 1e9 parameters of which 0.8e9 in 64 routed experts (1 layer), a token using 2 of them;
+# 0.25e9 active; bf16 weights.
+TOY_MOE = TOY._replace(name="toy-moe", active_params=0.25e9, experts=64, experts_per_token=2, moe_layers=1,
+                       expert_params=0.8e9, expert_weights_bytes=1.6e9)
+
+
+def test_the_experts_a_batch_touches():
+    assert touched_share(64, 2, 1) == pytest.approx(2 / 64)
+    share = touched_share(64, 2, np.array([1, 4, 16, 64, 1024]))
+    assert np.all(share <= np.minimum(1.0, np.array([1, 4, 16, 64, 1024]) * 2 / 64) + 1e-12)   # at most min(E, b*k)
+    assert np.all(np.diff(share) > 0) and share[-1] == pytest.approx(1.0)
+    assert touched_share(0, 0, 7) == 1.0   # a dense model reads all its weights
+
+
+def test_moe_decode_reads_the_experts_its_batch_touches_by_hand():
+    # batch 1, context 128: the 0.4e9 bytes of the other weights, 2 of the 64 experts' 1.6e9 bytes, and the KV
+    # cache, over 1 TB/s
+    _, decode = predict_times(TOY_MOE, TOY_GPU, 1, IDEAL, 128, 1, 0)
+    assert float(decode) == pytest.approx((0.4e9 + 1.6e9 * 2 / 64 + 128 * 1e5) / 1e12 * 1e3, rel=1e-12)
+    # a large batch touches them all, as a dense model of the same weights reads them
+    _, big = predict_times(TOY_MOE, TOY_GPU, 1, IDEAL, 128, 4096, 0)
+    _, dense = predict_times(TOY, TOY_GPU, 1, IDEAL, 128, 4096, 0)
+    assert float(big) <= float(dense) and float(big) == pytest.approx(float(dense), rel=0.5)
+
+
+def test_moe_prompt_computes_on_the_active_parameters_by_hand():
+    # 1000 tokens: 2 * 0.25e9 * 1000 + 2 * 1000 * 1000^2 = 5.02e11 FLOPs over 100 TFLOP/s = 5.02 ms; the read
+    # (every expert is touched by 1000 tokens: 2e9 bytes at 1 TB/s = 2 ms) is shorter
+    prompt, _ = predict_times(TOY_MOE, TOY_GPU, 1, IDEAL, 1000, 1)
+    assert float(prompt) == pytest.approx(5.02, rel=1e-6)
+
+
+def test_a_stacks_moe_efficiencies_slow_only_the_experts():
+    slow = Stack(**{**IDEAL.parameters(), "name": "slow", "moe_compute_slowdown": 3.0, "moe_read_slowdown": 2.0,
+                    "moe_layer_overhead_ms": 0.5})
+    prompt, decode = predict_times(TOY_MOE, TOY_GPU, 1, slow, 1000, 1, 0)
+    routed_active = 0.8e9 * 2 / 64
+    assert float(prompt) == pytest.approx((2 * (0.25e9 + 2 * routed_active) * 1000 + 2e9) / 1e14 * 1e3 + 0.5)
+    _, decode = predict_times(TOY_MOE, TOY_GPU, 1, slow, 128, 1, 0)
+    assert float(decode) == pytest.approx((0.4e9 + 2 * 1.6e9 * 2 / 64 + 128 * 1e5) / 1e12 * 1e3 + 0.5)
+    # a dense model is not touched by them
+    assert predict_times(TOY, TOY_GPU, 1, slow, 1000, 1)[0] == predict_times(TOY, TOY_GPU, 1, IDEAL, 1000, 1)[0]
+    with pytest.raises(SplitwisePlanError, match="moe_read_slowdown must be a finite number, positive"):
+        Stack(**{**IDEAL.parameters(), "name": "x", "moe_read_slowdown": 0.0})
+
+
+def test_the_presets_hold_their_moe_efficiencies_and_held_out_errors(tmp_path):
+    for name in ("vllm", "sglang", "trtllm"):
+        stack = load_stack(name)
+        assert stack.moe_compute_slowdown > 1 and stack.moe_read_slowdown >= 1 and stack.moe_layer_overhead_ms > 0
+        moe = {k: v for k, v in stack.held_out.items() if k.startswith("moe ")}
+        assert set(moe) == {"moe h100-80gb", "moe h200-141gb", "moe b200-180gb"}
+        for figures in moe.values():
+            assert "qwen3-30b-a3b" in figures["models"] and figures["configs"] > 100
+            assert 0 < figures["decode_median_pct"] <= figures["decode_p90_pct"] < 200
+        path = tmp_path / f"{name}.toml"
+        path.write_text(stack.to_toml())
+        assert load_stack(path).moe_parameters() == stack.moe_parameters()   # (written back as read)
+    assert load_stack().moe_parameters() == {"moe_compute_slowdown": 1.0, "moe_read_slowdown": 1.0,
+                                             "moe_layer_overhead_ms": 0.0}   # the paper's stack: no mixture
+
+
+def test_a_moe_estimate_is_slower_than_its_active_dense_twin_and_faster_than_its_total():
+    from splitwise_plan.inputs.machines import BUILTIN_MACHINES
+    from splitwise_plan.inputs.models import get_model
+    from splitwise_plan.perf.sources import accelerator_of, architecture_of
+    arch, h100 = architecture_of(get_model("qwen3-235b-a22b")), accelerator_of(BUILTIN_MACHINES["dgx-h100"])
+    assert (arch.experts, arch.experts_per_token, arch.moe_layers) == (128, 8, 94)
+    assert arch.attention_width == 64 * 128 and arch.attention_layers == 94
+    active = arch._replace(params=arch.active_params, weights_bytes=2 * arch.active_params, experts=0,
+                           expert_params=0.0, expert_weights_bytes=0.0, moe_layers=0)
+    whole = arch._replace(active_params=0.0, experts=0, expert_params=0.0, expert_weights_bytes=0.0, moe_layers=0)
+    stack = load_stack("vllm")
+    for sizes in ((2048, 1, 0), (1260, 64, 0)):
+        moe, dense_active, dense_whole = (predict_times(a, h100, 8, stack, *sizes) for a in (arch, active, whole))
+        phase = 0 if sizes[1] == 1 else 1
+        assert dense_active[phase] < moe[phase]
+    assert predict_times(arch, h100, 8, stack, 1260, 1, 0)[1] < predict_times(whole, h100, 8, stack, 1260, 1, 0)[1]

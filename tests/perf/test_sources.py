@@ -237,3 +237,48 @@ def test_a_bad_sglang_result_is_one_line(tmp_path, capsys, line, needle):
     assert main(["profiles", "fit", str(bench), "--model", "llama-3.1-70b", "--machine", "H100"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0] and str(bench) in err[0]
+
+
+def test_a_users_moe_config_json_plans_like_the_built_in(tmp_path, capsys):
+    """A mixture of experts' config.json in a folder of the user's (Qwen3-30B-A3B's published values): the plan
+    answers as the built-in's does, its latencies estimated at today's vLLM preset."""
+    folder = tmp_path / "qwen3-moe"
+    folder.mkdir()
+    from splitwise_plan.inputs.paths import data_file
+    doc = json.loads(data_file("models", "qwen3-30b-a3b.json").read_text())
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in doc.items() if not k.startswith("_")}))
+    reports = {}
+    for model in (str(folder), "qwen3-30b-a3b"):
+        out = tmp_path / f"{len(reports)}.json"
+        code = main(["--goal", "min-cost", "--rps", "20", "--model", model, "--designs", "H100:H100", "--tp", "8",
+                     "--duration", "20", "--seeds", "1", "--json", str(out), "-q"])
+        assert code == 0, capsys.readouterr().err
+        reports[model] = json.loads(out.read_text())
+    mine, builtin = reports[str(folder)], reports["qwen3-30b-a3b"]
+    vllm = "estimated from data sheets (stack vllm, vllm 0.24.0 (a100_sxm 0.14.0))"
+    assert mine["inputs"]["latency_sources"] == {"dgx-h100": vllm, "reference": vllm}
+    same = lambda doc: [(r["prompt_machines"], r["token_machines"], r["cost"], r["slo_headroom"], r["tightest"])   # noqa: E731
+                        for r in doc["results"]]
+    assert mine["plan"]["winner"] == builtin["plan"]["winner"] and same(mine) == same(builtin)
+
+
+def test_deepseek_v3_at_fp8_on_a_dgx_h100_is_refused_in_one_line(capsys):
+    code = main(["--goal", "min-cost", "--rps", "50", "--model", "deepseek-v3", "--designs", "H100:H100", "--tp", "8",
+                 "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "the weights of deepseek-v3 (671 GB) do not fit in the 640 GiB of HBM of dgx-h100" in err[0]
+    assert "98% of it, and weights may take at most 90%" in err[0]
+
+
+def test_a_moe_model_the_paper_reference_holds_only_without_a_batch_still_has_slowdowns():
+    # DeepSeek-V3 at fp8 (671 GB) alone on a DGX-A100 (687 GB): a lone request needs no batch's KV cache, so the
+    # slowdown reference holds it although no serving instance of the A100 would (98% > 90%)
+    from splitwise_plan.inputs.machines import load_machines
+    from splitwise_plan.inputs.slos import load_slos
+    from splitwise_plan.perf.sources import reference_latency, reference_machine
+    slos, machines, model = load_slos(), load_machines(), get_model("deepseek-v3")
+    machine, problem = reference_machine(slos, model, machines)
+    assert machine.name == "dgx-a100" and problem == ""
+    ref = reference_latency(slos, load_profiles(), model, machines, load_stack("vllm"))
+    assert ref.kind == ESTIMATED and "stack vllm" in ref.detail
