@@ -80,6 +80,7 @@ def _load_spec(cluster_file: Path, machines_file: Optional[Path], model: Optiona
 def _check_cluster(spec, inp: Inputs, cluster_file: Path) -> None:
     """A user error naming the cluster file when its machines cannot run its model at its TP
     (too few GPUs or too little HBM, or no profile at that TP)."""
+    from splitwise_plan.inputs.designs import parse_tp
     from splitwise_plan.inputs.machines import get_machine
     from splitwise_plan.inputs.models import get_model
     from splitwise_plan.perf.sources import sourced_latency
@@ -87,10 +88,10 @@ def _check_cluster(spec, inp: Inputs, cluster_file: Path) -> None:
     d = spec.design
     model = inp.model_spec or get_model(spec.model)
     try:
-        for m in d.machines:
+        for m, tp in zip(d.machines, parse_tp(spec.tensor_parallel)):
             machine = get_machine(m, inp.machines)   # in any case, as the catalog names it
-            instance_layout(machine, spec.tensor_parallel, d.is_baseline, model)
-            sourced_latency(inp.profiles, model, machine, spec.tensor_parallel, inp.stack)   # (measured, or estimated)
+            instance_layout(machine, tp, d.is_baseline, model)
+            sourced_latency(inp.profiles, model, machine, tp, inp.stack)   # (measured, or estimated)
     except SplitwisePlanError as exc:
         raise SplitwisePlanError(f"cluster file {cluster_file} ({spec.model} at TP{spec.tensor_parallel} on "
                                  f"{', '.join(dict.fromkeys(d.machines))}): {exc}") from None

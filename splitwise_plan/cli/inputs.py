@@ -16,7 +16,7 @@ from splitwise_plan.cli.options import AUTO, check_positive
 from splitwise_plan.cli.output import note
 from splitwise_plan.cli.progress import progress
 from splitwise_plan.errors import SplitwisePlanError, plural
-from splitwise_plan.inputs.designs import Design, pool_size
+from splitwise_plan.inputs.designs import Design, parse_tp, pool_size
 from splitwise_plan.perf.sources import stack_label
 from splitwise_plan.sim.cluster import SchedulerConfig
 
@@ -27,7 +27,7 @@ class Inputs:
 
     stream: object
     model: str
-    tensor_parallel: int
+    tensor_parallel: int | str   # 8, or "4:2": the prompt pool's, the token pool's
     workload: Optional[str]
     trace: Optional[Path]
     rate: float
@@ -65,8 +65,10 @@ class Inputs:
         from splitwise_plan.perf.sources import reference_latency, sourced_latency
 
         spec = self.model_spec or get_model(self.model)
-        out = {self.machines[m].name: sourced_latency(self.profiles, spec, self.machines[m], self.tensor_parallel,
-                                                      self.stack).detail for m in design.machines}
+        pools = list(zip(design.machines, design.tp or parse_tp(self.tensor_parallel)))
+        several = {m for m, _ in pools if len({tp for n, tp in pools if n == m}) > 1}   # one type at two TPs
+        out = {self.machines[m].name + (f"@tp{tp}" if m in several else ""):
+               sourced_latency(self.profiles, spec, self.machines[m], tp, self.stack).detail for m, tp in pools}
         return {**out, "reference": reference_latency(self.slos, self.profiles, spec, self.machines, self.stack).detail}
 
     def report(self, design=None, **extra) -> dict:
@@ -244,8 +246,11 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
 
     spec = get_model(model, dtype=dtype)   # a built-in by its name as the profiles spell it, whatever the case
     model = spec.name if spec.name in BUILTIN_MODELS and not os.path.exists(str(model)) else str(model)
-    if tp is None or tp < 1:
-        raise SplitwisePlanError(f"--tp must be a positive integer, got {tp}")
+    if isinstance(tp, str) and tp.strip().lower() == "auto":
+        raise SplitwisePlanError("--tp auto is the planner's (it chooses each pool's TP); here give one for every "
+                                 "pool (8) or the prompt pool's and the token pool's (4:2)")
+    pair = parse_tp(tp)
+    tp = pair[0] if pair[0] == pair[1] else f"{pair[0]}:{pair[1]}"
     method = check_method(method)
     scheduler = SchedulerConfig.with_transfer(transfer, bandwidth)
     check_positive(duration, "--duration")
@@ -275,7 +280,7 @@ def resolve_inputs(*, model: str, tp: int, workload: str, rps: Optional[float], 
         if need_stream:
             stream = nonempty(wl.generate(rps, duration_s=duration, seed=seed), rps, duration)
     stack = for_requests(stack, trace_stream if trace_stream is not None else wl)   # (a decode's context, where read)
-    return Inputs(stream, model, int(tp), wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
+    return Inputs(stream, model, tp, wl_name, trace, rate, dur, seed_used, slo, slos, machines_file,
                   machines, profiles, profileset, method, scheduler, wl, trace_rate=trace_rate,
                   trace_stream=trace_stream, model_spec=spec, stack=stack, stack_why=stack_why)
 

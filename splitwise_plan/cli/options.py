@@ -73,7 +73,8 @@ def opt_model():
 
 
 def opt_tp():
-    return typer.Option(default("tp"), "--tp", help="Tensor parallelism.")
+    return typer.Option("8", "--tp", metavar="N|P:T", help="Tensor parallelism: of every pool (8), or the prompt "
+                        "pool's and the token pool's (4:2). A machine runs GPUs/TP instances of the model.")
 
 
 def opt_seed():

@@ -58,7 +58,7 @@ def root(
     seed: int = _root_option("seed"),
     seeds: int = _root_option("seeds", metavar="K"),
     margin: float = _root_option("margin", metavar="M"),
-    tp: int = _root_option("tp"),
+    tp: Optional[str] = _root_option("tp", metavar="N|P:T|auto"),
     jobs: int = _root_option("jobs", "-j"),
     strategy: str = _root_option("strategy"),
     search_method: str = _root_option("search_method"),
@@ -123,17 +123,18 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
     """Run the planner with a progress bar (per finished design), then write the reports and the table;
     whether a design meets the goal (the plan has a winner)."""
     from splitwise_plan.cli.progress import progress
-    from splitwise_plan.planning import plan
+    from splitwise_plan.planning import plan, planned_designs
     from splitwise_plan.report.checkpoint import plan_cache_dir, stopped_note
     from splitwise_plan.report.plan import plan_report, render, write_reports
 
     check_output_options(json_out, csv_out, plot, inputs=req.input_files())   # a bad path fails now, not after the run
-    n = len(req.designs)
-    ckpt, loaded = _plan_checkpoint(req, csv_out, None if json_out == STDOUT else json_out, plot, quiet=quiet)
+    names = planned_designs(req)   # (under --tp auto, each design at each TP)
+    n = len(names)
+    ckpt, loaded = _plan_checkpoint(req, names, csv_out, None if json_out == STDOUT else json_out, plot, quiet=quiet)
     from splitwise_plan.planning.memo import Memo
 
-    kept = {d: p for d, p in loaded.items() if d in req.designs}
-    others = [d for d in loaded if isinstance(d, str) and d not in req.designs]   # kept for a plan naming them
+    kept = {d: p for d, p in loaded.items() if d in names}
+    others = [d for d in loaded if isinstance(d, str) and d not in names]   # kept for a plan naming them
     memo = Memo((k for d, k in loaded.items() if isinstance(d, tuple)),   # simulations of designs unfinished
                 keep=ckpt.keep if ckpt is not None else None)
     with progress(n, f"plan {req.goal}, {n} design{'s' if n > 1 else ''}", quiet=quiet) as bar:
@@ -165,7 +166,7 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
     return result.winner is not None
 
 
-def _plan_checkpoint(req, *outputs, quiet: bool) -> tuple:
+def _plan_checkpoint(req, names: tuple, *outputs, quiet: bool) -> tuple:
     """The checkpoint of a plan beside its first output file (with none, in the user cache folder, keyed
     by the plan's inputs; None where that folder cannot be written) and the designs it kept from an
     earlier run of the same plan, stopped: {design: DesignPlan} (also of designs this one does not name)."""
@@ -179,12 +180,12 @@ def _plan_checkpoint(req, *outputs, quiet: bool) -> tuple:
     # its notes say what becomes of the user's files: printed even with --quiet
     ckpt = Checkpoint(where, digest, say=lambda why: note(why, False), kind="plan")
     loaded = ckpt.load()   # a file not this plan's is moved aside once a design is done (the inputs good)
-    kept = [d for d in loaded if d in req.designs]
+    kept = [d for d in loaded if d in names]
     sims = sum(1 for d in loaded if isinstance(d, tuple))
     if kept or sims:
-        names = f" ({', '.join(kept)})" if kept else ""
+        listed = f" ({', '.join(kept)})" if kept else ""
         also = f", and {sims:,} simulations of the others" if sims else ""
-        note(f"resuming: {len(kept)} of {len(req.designs)} designs kept in {where}{names}{also}", False)
+        note(f"resuming: {len(kept)} of {len(names)} designs kept in {where}{listed}{also}", False)
     return ckpt, loaded
 
 

@@ -121,7 +121,7 @@ def simulate_cmd(
     workload: str = opt_workload(),
     model: str = opt_model(),
     dtype: Optional[str] = opt_dtype(),
-    tp: int = opt_tp(),
+    tp: str = opt_tp(),
     trace: Optional[Path] = opt_trace(),
     duration: float = opt_duration(),
     seed: int = opt_seed(),
@@ -239,7 +239,10 @@ def sources_line(sim, d: Design) -> str:
     """Where the latencies of ``d``'s pools and of the slowdown reference come from."""
     from splitwise_plan.report.plan import latencies_line
 
-    sources = {m: sim.latency_source(sim.machine(m)).detail for m in d.machines}
+    tps = [sim.pool_tp(d, role) for role in ("prompt", "token")[:len(d.machines)]]
+    several = len(set(d.machines)) < len(d.machines) and len(set(tps)) > 1   # one machine type at two TPs
+    sources = {m + (f"@tp{tp}" if several else ""): sim.latency_source(sim.machine(m), tp).detail
+               for m, tp in zip(d.machines, tps)}
     return latencies_line({**sources, "reference": sim.reference_source})
 
 
@@ -330,7 +333,7 @@ def sweep_cmd(
     workload: str = opt_workload(),
     model: str = opt_model(),
     dtype: Optional[str] = opt_dtype(),
-    tp: int = opt_tp(),
+    tp: str = opt_tp(),
     trace: Optional[Path] = opt_trace(),
     duration: float = opt_duration(),
     seed: int = opt_seed(),

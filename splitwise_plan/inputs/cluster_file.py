@@ -7,7 +7,7 @@ A Splitwise cluster::
     prompt_machines = 27
     token_machines = 3
     model = "bloom-176b"               # optional, default bloom-176b
-    tensor_parallel = 8                # optional (alias: tp), default 8
+    tensor_parallel = 8                # optional (alias: tp), default 8; "4:2": the prompt pool's, the token pool's
     prompt_machine_type = "dgx-h100"   # optional: override the design's machine types
     token_machine_type = "dgx-a100"    #   (names from the machine catalog)
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Mapping
 
 from splitwise_plan.errors import SplitwisePlanError, by_name, choices
-from splitwise_plan.inputs.designs import Design, get_design, pool_size
+from splitwise_plan.inputs.designs import Design, get_design, parse_tp, pool_size
 from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine
 from splitwise_plan.inputs.models import BUILTIN_MODELS
 from splitwise_plan.inputs.paths import read_toml, user_file
@@ -44,7 +44,7 @@ class ClusterSpec:
     prompt_machines: int
     token_machines: int = 0
     model: str = "bloom-176b"
-    tensor_parallel: int = 8
+    tensor_parallel: int | str = 8   # or "4:2"
     name: str = ""
     source: str = ""
 
@@ -189,7 +189,12 @@ def parse_cluster(doc: Mapping, where: str = "cluster file",
         raise SplitwisePlanError(f"{where}: model {model!r} is unknown; valid: {choices(BUILTIN_MODELS)}") from None
     if "tp" in doc and "tensor_parallel" in doc:
         raise SplitwisePlanError(f"{where}: give tensor_parallel or tp, not both")
-    tp = _count(where, "tensor_parallel", doc.get("tensor_parallel", doc.get("tp", 8)))
+    tp = doc.get("tensor_parallel", doc.get("tp", 8))
+    if isinstance(tp, str):   # "4:2": the prompt pool's and the token pool's
+        pair = parse_tp(tp, f"{where}: tensor_parallel")
+        tp = pair[0] if pair[0] == pair[1] else f"{pair[0]}:{pair[1]}"
+    else:
+        tp = _count(where, "tensor_parallel", tp)
     name = _string(where, "name", doc["name"]) if "name" in doc else ""
     return ClusterSpec(design, n_prompt, n_token, model=model, tensor_parallel=tp, name=name)
 

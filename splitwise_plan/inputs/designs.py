@@ -9,17 +9,20 @@ from splitwise_plan.errors import SplitwisePlanError, whole_number
 
 @dataclass(frozen=True)
 class Design:
-    """A design names the machine type of each pool.
+    """A design names the machine type of each pool, and may fix each pool's tensor parallelism.
 
     Baselines have one pool (``prompt_machine``) whose machines run both phases
     with mixed continuous batching; Splitwise designs have a prompt pool and a
-    token pool and ship each request's KV cache between them.
+    token pool and ship each request's KV cache between them. ``tp`` is (the prompt
+    pool's TP, the token pool's; a baseline's one pool reads the first), or None: the
+    simulator's. A design with a TP is named after it: ``splitwise-hh@tp4:2``.
     """
 
     name: str
     short: str
     prompt_machine: str
     token_machine: str | None
+    tp: tuple[int, int] | None = None
 
     @property
     def is_baseline(self) -> bool:
@@ -55,6 +58,49 @@ _BUILTIN_SHORT = {"a100": "dgx-a100", "h100": "dgx-h100"}
 RESERVED_NAMES = frozenset({"baseline"} | {n.lower() for d in DESIGNS.values() for n in (d.name, d.short)})
 
 
+#: How a design's name gives its pools' tensor parallelism: ``splitwise-hh@tp4:2``, ``baseline-h100@tp4``.
+TP_MARK = "@tp"
+
+
+def parse_tp(value, what: str = "--tp") -> tuple[int, int]:
+    """A tensor parallelism for both pools (``8``) or for each (``4:2``: the prompt pool's, the token pool's) as a
+    pair; a one-line user error naming ``what`` otherwise."""
+    if isinstance(value, tuple) and len(value) == 2:
+        parts = list(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        parts = [value, value]
+    else:
+        parts = str(value).strip().split(":")
+        parts = parts * 2 if len(parts) == 1 else parts
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        numbers = [int(x.strip()) if isinstance(x, str) else x for x in parts]
+    except ValueError:
+        raise SplitwisePlanError(f"{what} takes a tensor parallelism for every pool (8) or the prompt pool's and the "
+                                 f"token pool's (4:2), each a whole number from 1 to 1024; got {value!r}") from None
+    return tuple(whole_number(x, what, 1, 1024) for x in numbers)
+
+
+def tp_label(tp: tuple[int, int], baseline: bool = False) -> str:
+    """``8`` for (8, 8) or a baseline's; ``4:2`` for (4, 2)."""
+    return str(tp[0]) if baseline or tp[0] == tp[1] else f"{tp[0]}:{tp[1]}"
+
+
+def with_tp(design: "Design", tp, what: str = "--tp") -> "Design":
+    """``design`` with each pool's tensor parallelism fixed to ``tp`` (see :func:`parse_tp`), named after it."""
+    base = base_design(design)
+    pair = parse_tp(tp, what)
+    label = f"{TP_MARK}{tp_label(pair, base.is_baseline)}"
+    return Design(base.name + label, base.short + label, base.prompt_machine, base.token_machine,
+                  (pair[0], pair[0]) if base.is_baseline else pair)
+
+
+def base_design(design: "Design") -> "Design":
+    """``design`` without a fixed tensor parallelism."""
+    return design if design.tp is None else get_design(design.name.split(TP_MARK)[0])
+
+
 def get_design(name: str) -> Design:
     """Look a design up by full or short name, in any case; or build one of the machine catalog's
     types: ``PROMPT:TOKEN`` (a Splitwise design, e.g. ``my-b200:dgx-a100``, or ``H100:H200`` by the
@@ -68,6 +114,9 @@ def get_design(name: str) -> Design:
         return name
     if not isinstance(name, str):
         raise SplitwisePlanError(f"a design is named by a string such as 'splitwise-hh' or 'HH', got {name!r}")
+    if TP_MARK in name.lower():   # splitwise-hh@tp4:2
+        at = name.lower().index(TP_MARK)
+        return with_tp(get_design(name[:at]), name[at + len(TP_MARK):], f"design {name!r}: its TP")
     key = name.strip().lower()
     for d in DESIGNS.values():
         if key in (d.name, d.short.lower()):

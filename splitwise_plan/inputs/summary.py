@@ -12,7 +12,7 @@ from typing import Mapping
 from splitwise_plan.inputs.machines import is_short_name
 
 
-def report_inputs(*, model: str, tensor_parallel: int, workload: str | None = None,
+def report_inputs(*, model: str, tensor_parallel: int | str, workload: str | None = None,
                   trace: str | Path | None = None, rate: float | None = None,
                   duration_s: float | None = None, seed: int | None = None, requests: int | None = None,
                   slo_file: str | Path | None = None, slos=None, machines_file: str | Path | None = None,
@@ -20,7 +20,8 @@ def report_inputs(*, model: str, tensor_parallel: int, workload: str | None = No
                   method: str | None = None, **extra) -> dict:
     """The inputs block of a report: everything the results depend on."""
     doc = {
-        "model": model, "tensor_parallel": int(tensor_parallel),
+        # 8; "4:2" (the prompt pool's, the token pool's) or "auto" (each design's own: see its results)
+        "model": model, "tensor_parallel": tensor_parallel if isinstance(tensor_parallel, str) else int(tensor_parallel),
         "workload": workload, "trace": str(trace) if trace is not None else None,
         # numbers of one type whoever calls (the API's plain 70 is the command line's 70.0)
         "rate_rps": None if rate is None else float(rate),

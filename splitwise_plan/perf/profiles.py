@@ -8,7 +8,6 @@ prompt (prefill) and token (decode iteration) times in milliseconds for each
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import os
 from dataclasses import dataclass, field

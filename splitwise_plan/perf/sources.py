@@ -255,14 +255,18 @@ def reference_latency(slos, profiles, model, machines, stack: Stack | None = Non
     return est._replace(detail=est.detail + (" (it does not fit there: slowdowns are nominal)" if problem else ""))
 
 
-def latency_sources(profiles, model, machines: dict, machine_names, tensor_parallel: int, slos) -> dict:
-    """{machine name: where its latencies come from} for ``machine_names`` (those the designs use), and
-    under ``"reference"`` the source of the latencies slowdowns are measured against."""
+def latency_sources(profiles, model, machines: dict, pools, slos) -> dict:
+    """{machine name: where its latencies come from} for ``pools`` ((machine name, tensor parallelism) of the
+    designs' pools; a machine at several TPs is named with each, ``dgx-h100@tp4``), and under ``"reference"`` the
+    source of the latencies slowdowns are measured against."""
     out = {}
-    for name in dict.fromkeys(machine_names):
+    pools = list(dict.fromkeys(pools))
+    for name, tp in pools:
         m = machines[name]
-        out[m.name] = (from_profiles(profiles, model, m.hardware, tensor_parallel).detail
-                       if has_profile(profiles, model.name, m.hardware, tensor_parallel) else "none (see its design's note)")
+        several = sum(n == name for n, _ in pools) > 1
+        out[m.name + (f"@tp{tp}" if several else "")] = (
+            from_profiles(profiles, model, m.hardware, tp).detail if has_profile(profiles, model.name, m.hardware, tp)
+            else "none (see its design's note)")
     try:
         out["reference"] = reference_latency(slos, profiles, model, machines).detail
     except SplitwisePlanError as exc:

@@ -10,6 +10,7 @@ Its modules, each importing only those listed before it:
 - :mod:`.confirm`: the confirm simulator's re-check of an answer (:class:`~.confirm.Confirmer`);
 - :mod:`.stored`: a search kept in a storage, the question a worker rebuilds;
 - :mod:`.iso`: the min-cost and min-power goals; :mod:`.budget`: the max-throughput goal;
+- :mod:`.tp`: ``--tp auto``, each design at each tensor parallelism the model fits;
 - :mod:`.planner`: :func:`plan`, which runs every design and ranks them;
 - :mod:`.calibrate`: :func:`calibrate`, the simulator beside a serving benchmark of one server.
 
@@ -19,7 +20,7 @@ errors.
 
 from splitwise_plan.planning.calibrate import Calibration, calibrate
 from splitwise_plan.planning.objectives import REFERENCE_GRID, gain_text
-from splitwise_plan.planning.planner import inputs_block, plan
+from splitwise_plan.planning.planner import inputs_block, plan, planned_designs
 from splitwise_plan.planning.request import (
     ALL_DESIGNS,
     GOALS,
@@ -33,4 +34,4 @@ from splitwise_plan.planning.result import DesignPlan, PlanResult, json_number
 
 __all__ = ["ALL_DESIGNS", "GOALS", "REFERENCE_GRID", "Calibration", "DesignPlan", "Inputs", "PlanRequest", "PlanResult",
            "calibrate", "gain_text", "input_label", "inputs_block", "json_number", "parse_designs", "plan",
-           "stream_of"]
+           "planned_designs", "stream_of"]

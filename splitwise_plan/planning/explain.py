@@ -19,8 +19,8 @@ def alone_latencies(sim, d: Design) -> dict:
     """Per request of ``sim``'s stream, its TTFT, TBT and E2E in seconds alone on ``d``'s machines: the
     prompt at batch one on a prompt machine, then one decode iteration of batch one per further token on
     a token machine, with no queue and no KV-cache transfer. No cluster of ``d`` is faster."""
-    prompt = sim.latency(sim.machine(d.prompt_machine))
-    token = sim.latency(sim.machine(d.prompt_machine if d.is_baseline else d.token_machine))
+    prompt = sim.latency(sim.machine(d.prompt_machine), sim.pool_tp(d, "prompt"))
+    token = sim.latency(sim.machine(d.prompt_machine if d.is_baseline else d.token_machine), sim.pool_tp(d, "token"))
     p = np.asarray(sim.stream.prompt_tokens, dtype=np.float64)
     n = np.asarray(sim.stream.output_tokens, dtype=np.float64)
     ttft = np.asarray(prompt.prompt_time(p), dtype=np.float64)

@@ -55,7 +55,9 @@ PLAN_OPTIONS: dict[str, Option] = {
     "seeds": Option(3, "Plan over this many independent streams (seed..seed+K-1): an answer holds on their worst. "
                        "1 is the paper's single-stream method (a --trace is one stream)."),
     "jobs": Option(0, "Parallel workers (0: all cores)."),
-    "tp": Option(8, "Tensor parallelism of the model on a machine."),
+    "tp": Option(None, "Tensor parallelism: 8 (every pool), 4:2 (the prompt pool's, the token pool's), or auto (the "
+                       "planner chooses each pool's, among the machine's GPU counts at which the model fits, with the "
+                       "machine counts). Default: 8 for the paper's models (BLOOM-176B, Llama2-70B), auto for others."),
     "strategy": Option("frontier", "Search: frontier, optuna or exhaustive."),
     "search_method": Option("auto", "Search simulator: fluid (the fast model), events, "
                                     "or auto (fluid where it is installed, else events)."),

@@ -29,14 +29,16 @@ from dataclasses import replace
 
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.inputs.budget import parse_budget
-from splitwise_plan.inputs.designs import MAX_POOL, get_design
+from splitwise_plan.inputs.designs import MAX_POOL, base_design, get_design, with_tp
+from splitwise_plan.inputs.models import get_model
 from splitwise_plan.perf.sources import latency_sources, stack_label
+from splitwise_plan.planning import tp
 from splitwise_plan.planning.budget import plan_budget
 from splitwise_plan.planning.confirm import Confirmer, OverSeeds, Pool
 from splitwise_plan.planning.iso import plan_iso
 from splitwise_plan.planning.memo import Memo
 from splitwise_plan.planning.objectives import gains, rank_key, tightest_ratio
-from splitwise_plan.planning.request import Inputs, PlanRequest, input_label
+from splitwise_plan.planning.request import AUTO, Inputs, PlanRequest, input_label, pool_tps
 from splitwise_plan.planning.result import DesignPlan, PlanResult
 from splitwise_plan.search import WAKE_S, Lockstep
 from splitwise_plan.sim.simulator import cpu_cores, starting_workers
@@ -170,6 +172,9 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, me
     t0 = time.perf_counter()
     req, done = _request_of(request, on_design, done, kwargs)
     method = req.resolved_search_method()
+    asked = req
+    if req.tp == AUTO:   # every design at each TP it fits: each a design of its own (see planning/tp.py)
+        req = replace(req, designs=planned_designs(req))
     inputs = Inputs.load(req)
     if req.goal == "max-throughput":   # check the budget once, before any work
         _check_budget(req, inputs)
@@ -180,13 +185,96 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, me
         if on_design is not None:
             on_design(p)
 
-    order = _to_plan(req, inputs, done, collect)
-    _run(inputs, req, order, method, collect, memo, on_step)
-    ranked = tuple(sorted((by_name[n] for n in req.designs), key=rank_key(req.goal)))
+    if req.tp == AUTO:
+        _run_auto(inputs, req, done, method, collect, memo, on_step)
+        plans = tp.collapsed([by_name[n] for n in req.designs if n in by_name], rank_key(req.goal), inputs.machines)
+        req = replace(asked, designs=tuple(base_design(get_design(p.design)).name for p in plans))
+    else:
+        order = _to_plan(req, inputs, done, collect)
+        _run(inputs, req, order, method, collect, memo, on_step)
+        plans = [by_name[n] for n in req.designs]
+    ranked = tuple(sorted(plans, key=rank_key(req.goal)))
     winner = ranked[0] if ranked and ranked[0].status == "ok" else None
     stress = _at_higher_rate(inputs, req, winner, on_step) if winner is not None else None
     return PlanResult(req, ranked, winner.design if winner else None, gains(ranked, winner, req.goal),
-                      method, time.perf_counter() - t0, inputs=inputs_block(req, inputs, method), stress=stress)
+                      method, time.perf_counter() - t0, inputs=inputs_block(req, inputs, method, [p.design for p in plans]),
+                      stress=stress)
+
+
+def planned_designs(req: PlanRequest) -> tuple[str, ...]:
+    """The designs a plan of ``req`` plans, each reported to ``on_design``: its designs, or under ``--tp auto``
+    each design at every TP its machines fit the model at."""
+    if req.tp != AUTO:
+        return tuple(req.designs)
+    return tuple(v for n in req.designs for v in _variants(req, n))
+
+
+def _variants(req: PlanRequest, name: str) -> list[str]:
+    """Design ``name`` at each TP its machines fit the model at (see :func:`.tp.variants`)."""
+    from splitwise_plan.inputs.machines import load_machines, with_short_names
+
+    machines = req.machines_file if isinstance(req.machines_file, dict) else load_machines(req.machines_file)
+    found = tp.variants(name, with_short_names({str(k).lower(): m for k, m in machines.items()}),
+                        get_model(req.model, dtype=req.dtype))
+    return found or [with_tp(get_design(name), tp.DEFAULT_TP).name]   # (none fits: refused as at TP8)
+
+
+def _run_auto(inputs: Inputs, req: PlanRequest, done: dict, method: str, collect, memo, say) -> None:
+    """Plan each design's TP variants (``req.designs``) in two rounds: the lowest-bound and the TP8 variant of each
+    design, then those whose ILP bound could beat their design's best answer of the first round."""
+    order = _to_plan(req, inputs, done, lambda p: None)
+    sim = inputs.simulator(inputs.stream(req.rps if req.rps is not None else None, req.seed), method)
+    bounds = _bounds(sim, req, order)
+    groups: dict = {}
+    for n in order:
+        groups.setdefault(base_design(get_design(n)).name, []).append(n)
+    first = [n for names in groups.values() for n in tp.first_round(names, bounds)]
+    answers = {}
+
+    def keep(p):
+        answers[p.design] = p
+        collect(p)
+
+    for n in req.designs:   # those that cannot hold the model, and those done already
+        if n not in order:
+            keep(done[n] if n in done else DesignPlan(design=n, short=get_design(n).short, status="infeasible",
+                                                      note=inputs.unfit(n)))
+    _run(inputs, req, first, method, keep, memo, say)
+    second = []
+    for names in groups.values():
+        best = min((_objective(answers[n], req) for n in names if n in answers), default=math.inf)
+        for n in names:
+            if n in answers:
+                continue
+            if tp.can_beat(n, bounds, best):
+                second.append(n)
+            else:   # its best case cannot beat its design's best answer: never simulated
+                keep(DesignPlan(design=n, short=get_design(n).short, status="pruned", bound=bounds[n],
+                                note=f"its ILP bound {bounds[n]:,.2f} is not below its design's best answer {best:,.2f}"))
+    if second:
+        _run(inputs, req, second, method, keep, memo, say)
+
+
+def _objective(p: DesignPlan, req: PlanRequest) -> float:
+    """A design answer's cost or power (inf without an answer)."""
+    if p.status != "ok":
+        return math.inf
+    return p.power if req.goal == "min-power" else p.cost
+
+
+def _bounds(sim, req: PlanRequest, names: list) -> dict:
+    """Each design's ILP lower bound of the goal's objective (none for max-throughput: every variant is planned)."""
+    from splitwise_plan.search import capacity_model
+
+    if req.goal == "max-throughput":
+        return {}
+    out = {}
+    for n in names:
+        try:
+            out[n] = capacity_model(sim, n).ilp_bound(req.objective, p_max=MAX_POOL, t_max=MAX_POOL).value
+        except SplitwisePlanError:
+            out[n] = 0.0
+    return out
 
 
 #: How much above the goal's rate the winner is tried, to tell how near its verdict is to turning.
@@ -340,8 +428,9 @@ def _check_done(p: DesignPlan, req: PlanRequest, inputs: Inputs) -> None:
 
 # --- the inputs a plan ran on (its report names them) ------------------------------------------
 
-def inputs_block(req: PlanRequest, inputs: Inputs, search_method: str) -> dict:
-    """The ``inputs`` block of a plan of ``req`` on the loaded ``inputs``."""
+def inputs_block(req: PlanRequest, inputs: Inputs, search_method: str, planned: list | None = None) -> dict:
+    """The ``inputs`` block of a plan of ``req`` on the loaded ``inputs``; ``planned``: the designs as planned (under
+    ``--tp auto``, each design's chosen TP variant), else ``req``'s."""
     from splitwise_plan.inputs.summary import report_inputs as _inputs
 
     if inputs.trace is not None:
@@ -367,5 +456,6 @@ def inputs_block(req: PlanRequest, inputs: Inputs, search_method: str) -> dict:
                    designs=list(req.designs), seeds=1 if req.trace is not None else req.seeds, strategy=req.strategy,
                    margin=req.margin, kv_transfer=req.scheduler.kv_transfer(),
                    latency_sources=latency_sources(inputs.profiles, inputs.model, inputs.machines,
-                                                   [m for n in req.designs for m in get_design(n).machines], req.tp,
+                                                   [p for n in planned or req.designs
+                                                    for p in pool_tps(get_design(n), req.tp)],
                                                    inputs.slos), **extra)

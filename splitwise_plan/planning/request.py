@@ -20,7 +20,7 @@ from splitwise_plan.errors import (
     seed_value,
     whole_number,
 )
-from splitwise_plan.inputs.designs import DESIGNS, MAX_POOL, Design, get_design, pool_size
+from splitwise_plan.inputs.designs import DESIGNS, MAX_POOL, Design, get_design, parse_tp, pool_size
 from splitwise_plan.inputs.machines import Machine, with_short_names
 from splitwise_plan.inputs.models import BUILTIN_MODELS, get_model
 from splitwise_plan.inputs.slos import SLOSet
@@ -144,6 +144,7 @@ class PlanRequest:
         object.__setattr__(self, "model", spec.name if builtin else os.fspath(self.model))   # a name as the profiles spell it
         if self.dtype is not None:
             object.__setattr__(self, "dtype", spec.dtype)
+        object.__setattr__(self, "tp", request_tp(self.tp, spec))
         for name in ("workload", "trace", "slos", "machines_file", "profiles"):   # reports serialize them
             if isinstance(getattr(self, name), os.PathLike):
                 object.__setattr__(self, name, os.fspath(getattr(self, name)))
@@ -180,13 +181,13 @@ class PlanRequest:
                 raise SplitwisePlanError(f"{input_name('trace')} replays the file at its own rate; give "
                                          f"{input_name('rps')} or {input_name('trace')}, not both")
         # numbers as plain Python ones (numpy scalars and numeric strings too): reports serialize them
-        for name in ("seeds", "tp", "jobs", "seed", "max_confirm", "batch"):   # "8" as the rate's "70" is
+        for name in ("seeds", "jobs", "seed", "max_confirm", "batch"):   # "8" as the rate's "70" is
             v = getattr(self, name)
             if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
                 object.__setattr__(self, name, int(v))
         fields = {"duration": positive_number(self.duration, input_name("duration")),
                   "rate_tol": positive_number(self.rate_tol, "rate tolerance"),
-                  "seeds": whole_number(self.seeds, input_name("seeds"), 1, MAX_SEEDS), "tp": whole_number(self.tp, input_name("tp"), 1),
+                  "seeds": whole_number(self.seeds, input_name("seeds"), 1, MAX_SEEDS),
                   "jobs": whole_number(self.jobs, input_name("jobs"), 0), "seed": seed_value(self.seed, input_name("seed")),
                   "max_confirm": whole_number(self.max_confirm, "max_confirm", 1)}
         if self.rps is not None:   # a float whatever its type: study names hash it (20 and 20.0 are one question)
@@ -300,6 +301,22 @@ def _check_limits(limits) -> None:
         whole_number(t, f"limits of {name}: token max", 0, MAX_POOL)
 
 
+#: The models the paper planned: their default tensor parallelism is its TP8 (every other model's: auto).
+PAPER_MODELS = ("bloom-176b", "llama2-70b")
+AUTO = "auto"
+
+
+def request_tp(value, model) -> int | str:
+    """A plan's tensor parallelism: 8 (every pool), "4:2" (the prompt pool's, the token pool's) or "auto" (the planner
+    chooses); None: 8 for the paper's models, auto for the others. A one-line user error otherwise."""
+    if value is None:
+        return 8 if model.name in PAPER_MODELS else AUTO
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    pair = parse_tp(value, input_name("tp"))
+    return pair[0] if pair[0] == pair[1] else f"{pair[0]}:{pair[1]}"
+
+
 # --- the loaded inputs ---------------------------------------------------------------
 
 @dataclass
@@ -309,7 +326,7 @@ class Inputs:
     :func:`~splitwise_plan.perf.sources.with_estimates`)."""
 
     model: object   # ModelSpec
-    tp: int
+    tp: int | str   # 8, "4:2" (each pool's) or "auto" (each design's own TPs: see planning/tp.py)
     profiles: object
     machines: dict
     slos: object
@@ -356,7 +373,7 @@ class Inputs:
                 if m not in machines:
                     raise SplitwisePlanError(f"{d.name} needs machine {m!r}, which the machine catalog lacks")
         profiles = _with_estimates(profiles, model, machines, slos, req, stack)
-        return cls(model, int(req.tp), profiles, machines, slos, workload, trace, float(req.duration), req.scheduler,
+        return cls(model, req.tp, profiles, machines, slos, workload, trace, float(req.duration), req.scheduler,
                    stack, stack_why)
 
     def unfit(self, design: str) -> str:
@@ -365,9 +382,9 @@ class Inputs:
         the power-capped H100 leaves Splitwise-HHcap out, not the whole plan)."""
         d = get_design(design)
         try:
-            for m in d.machines:
-                instance_layout(self.machines[m], self.tp, d.is_baseline, self.model)
-                sourced_latency(self.profiles, self.model, self.machines[m], self.tp, self.stack)
+            for m, tp in pool_tps(d, self.tp):
+                instance_layout(self.machines[m], tp, d.is_baseline, self.model)
+                sourced_latency(self.profiles, self.model, self.machines[m], tp, self.stack)
         except SplitwisePlanError as exc:
             return str(exc)
         return ""
@@ -383,7 +400,7 @@ class Inputs:
     def simulator(self, stream, method: str, search: bool = False, threads: int = 1) -> Simulator:
         """A simulator of the inputs; a ``search`` one stops a design once an SLO can no longer hold
         (only its verdict counts there); ``threads``: designs its fluid batches run side by side."""
-        return Simulator(stream, self.model, tensor_parallel=self.tp, profiles=self.profiles,
+        return Simulator(stream, self.model, tensor_parallel=8 if self.tp == AUTO else self.tp, profiles=self.profiles,
                          machines=self.machines, slos=self.slos, scheduler=self.scheduler, method=method,
                          stop_early=search, threads=threads, stack=self.stack)
 
@@ -394,13 +411,19 @@ def _with_estimates(profiles, model, machines: dict, slos, req: PlanRequest, sta
     from splitwise_plan.inputs.models import weights_fit_problem
     from splitwise_plan.perf.sources import reference_machine, with_estimates
 
-    needs = [(machines[m], int(req.tp)) for n in req.designs for m in get_design(n).machines
-             if not weights_fit_problem(model, machines[m], 0 if req.tp >= machines[m].gpus else int(req.tp))]
+    needs = [(machines[m], tp) for n in req.designs for m, tp in pool_tps(get_design(n), req.tp)
+             if not weights_fit_problem(model, machines[m], tp if tp < machines[m].gpus else 0)]
     ref, problem = reference_machine(slos, model, machines)
     if ref is not None and not problem:
         needs.append((ref, slos.reference_tensor_parallel))
     sheet = [(m, tp) for m, tp in needs if m.bf16_tflops is not None and m.hbm_bandwidth_tbps is not None]
     return with_estimates(profiles, model, sheet, stack)   # (one with no data sheet: its designs are left out)
+
+
+def pool_tps(design: Design, tp) -> list[tuple[str, int]]:
+    """(machine type, tensor parallelism) of each pool of ``design``: its own TP, else ``tp`` (8, or "4:2")."""
+    pair = design.tp or parse_tp(8 if tp == AUTO else tp)
+    return list(zip(design.machines, pair))
 
 
 def stream_of(req: PlanRequest, trace_s: float | None = None) -> tuple:

@@ -21,7 +21,7 @@ class DesignPlan:
 
     design: str
     short: str
-    status: str                     # ok | infeasible | unconfirmed
+    status: str                     # ok | infeasible | unconfirmed | pruned (a --tp auto variant not simulated)
     prompt: int = 0
     token: int = 0
     cost: float = float("nan")
@@ -39,6 +39,11 @@ class DesignPlan:
     evaluated: tuple = field(default=(), repr=False, compare=False)
     #: ((rate, SimulationResult), ...): every point the confirm method checked, held or rejected, in order
     confirmed: tuple = field(default=(), repr=False, compare=False)
+    #: ((design, status, cost, power, evaluations, confirmations, grid size), ...): under ``--tp auto``, the
+    #: design's other TP variants planned
+    tp_tried: tuple = ()
+    #: (model instances a prompt machine runs, a token machine), where the design fixes each pool's TP
+    instances: tuple = ()
 
     def __eq__(self, other) -> bool:
         """Equal answers (NaN equals NaN here, and the time taken does not count)."""
@@ -112,7 +117,21 @@ class DesignPlan:
                 "bound_rps": json_number(round(self.bound, 6)) if rate_bound else None,
                 "seconds": round(self.seconds, 3), "note": self.note,
                 "seed": None if r is None else r.seed,   # the stream of ``result`` (the worst of --seeds)
+                **self._tp_dict(),
                 "result": self.result.to_dict() if self.result is not None else None}
+
+    def _tp_dict(self) -> dict:
+        """Each pool's TP, where the design fixes it (``--tp auto`` or ``P:T``), and the variants tried."""
+        d = get_design(self.design)
+        if d.tp is None:
+            return {}
+        out = {"prompt_tp": d.tp[0]} if d.is_baseline else {"prompt_tp": d.tp[0], "token_tp": d.tp[1]}
+        for role, n in zip(("prompt", "token"), self.instances[:len(d.machines)]):
+            out[f"{role}_instances_per_machine"] = n
+        if self.tp_tried:
+            out["tp_tried"] = [{"design": n, "status": s, "cost": json_number(round(c, 6)),
+                                "power": json_number(round(w, 6))} for n, s, c, w, *_ in self.tp_tried]
+        return out
 
 
 def json_number(v):
@@ -147,16 +166,16 @@ class PlanResult:
         return (self.inputs or {}).get("budget", {}).get("amount")
 
     @property
-    def evaluations(self) -> int:
-        return sum(d.evaluations for d in self.designs)
+    def evaluations(self) -> int:   # (under --tp auto, each design's other TP variants' too)
+        return sum(d.evaluations + sum(t[4] for t in d.tp_tried) for d in self.designs)
 
     @property
     def confirmations(self) -> int:
-        return sum(d.confirmations for d in self.designs)
+        return sum(d.confirmations + sum(t[5] for t in d.tp_tried) for d in self.designs)
 
     @property
     def grid_size(self) -> int:
-        return sum(d.grid_size for d in self.designs)
+        return sum(d.grid_size + sum(t[6] for t in d.tp_tried) for d in self.designs)
 
     def get(self, design: str) -> DesignPlan:
         name = get_design(design).name

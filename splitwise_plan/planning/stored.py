@@ -50,7 +50,7 @@ def request_attrs(req, method: str) -> tuple[dict, dict]:
     r = {"goal": req.goal, "rps": req.rps, "model": req.model, "workload": _abs_if_file(req.workload),
          "trace": _abs_if_file(req.trace), "slos": _abs_if_file(req.slos),
          "machines_file": _abs_if_file(req.machines_file), "profiles": _abs_if_file(req.profiles),
-         "duration": float(req.duration), "seed": int(req.seed), "tp": int(req.tp), "search_method": method,
+         "duration": float(req.duration), "seed": int(req.seed), "tp": req.tp, "search_method": method,
          "margin": float(req.margin), "limits": [list(x) for x in req.limits]}
     sched = req.scheduler
     if not sched.is_reference:   # the reference's link is left out, as in the studies made before the option

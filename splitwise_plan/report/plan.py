@@ -243,6 +243,9 @@ def winner_lines(result: PlanResult) -> list[str]:
     what = {"min-cost": "lowest cost", "min-power": "lowest power", "max-throughput": "highest throughput"}[req.goal]
     d = get_design(w.design)
     counts = machine_counts(w.prompt, 0 if d.is_baseline else w.token)
+    if d.tp is not None and w.instances:   # --tp auto's choice: each pool's TP and its instances a machine
+        counts += " (" + ", ".join(f"{role} TP{tp}: {n} instance{'s' * (n > 1)} a machine" for role, tp, n in
+                                   zip(("prompt", "token"), d.tp, w.instances[:len(d.machines)])) + ")"
     rate = f" at {w.rate:g} req/s" if req.goal == "max-throughput" else ""
     cost_unit, power_unit = plan_units(result)
     streams = req.seeds if req.trace is None else 1

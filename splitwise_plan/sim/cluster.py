@@ -83,14 +83,15 @@ class SchedulerConfig:
 def instance_layout(machine: Machine, tensor_parallel: int, baseline: bool,
                     model: ModelSpec | None = None) -> tuple[int, int]:
     """(model instances one machine of a pool runs, GPUs each), as the reference lays them out: a
-    Splitwise machine is split into as many instances of ``tensor_parallel`` GPUs as it holds
-    (each with those GPUs' HBM and the whole weights; GPUs left over stay idle); a baseline
-    machine runs one instance on all its GPUs. A user error if the machine has fewer GPUs than
-    that, or if an instance cannot hold ``model``'s weights (when given)."""
+    machine is split into as many instances of ``tensor_parallel`` GPUs as it holds (each with
+    those GPUs' HBM and the whole weights; GPUs left over stay idle). A baseline machine at the
+    tensor parallelism of all its GPUs runs one instance on them, as the reference's. A user error if
+    the machine has fewer GPUs than that, or if an instance cannot hold ``model``'s weights (when given)."""
+    del baseline   # (a baseline's machines are laid out as a Splitwise pool's)
     if machine.gpus < tensor_parallel:
         raise SplitwisePlanError(f"{machine.name} has {machine.gpus} GPU{'s' if machine.gpus > 1 else ''}, fewer than "
                                  f"the tensor parallelism {tensor_parallel}: no instance of the model fits on it")
-    layout = (1, machine.gpus) if baseline else (machine.gpus // tensor_parallel, tensor_parallel)
+    layout = (machine.gpus // tensor_parallel, tensor_parallel)
     if model is not None:
         check_fits(model, machine, layout[1])
     return layout

@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from splitwise_plan.errors import SplitwisePlanError, by_name, choices, whole_number
-from splitwise_plan.inputs.designs import Design, get_design, pool_size
+from splitwise_plan.inputs.designs import Design, get_design, parse_tp, pool_size
 from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine, with_short_names
 from splitwise_plan.inputs.models import ModelSpec, get_model
 from splitwise_plan.inputs.slos import SLOSet, load_slos
@@ -319,7 +319,9 @@ class Simulator:
         self.model: ModelSpec = model
         # the serving stack of estimated latencies (None: the shipped default), its decodes at the stream's context
         self.stack = for_requests(stack if stack is not None else load_stack(), stream)
-        self.tensor_parallel = whole_number(tensor_parallel, "tensor_parallel", 1, 1024)
+        #: each pool's tensor parallelism (the prompt pool's, the token pool's) where a design fixes none
+        self.pool_tps = parse_tp(tensor_parallel, "tensor_parallel")
+        self.tensor_parallel = self.pool_tps[0]
         self.profiles = profiles if profiles is not None else ProfileSet.load()
         self.machines = with_short_names(dict(machines) if machines is not None else dict(BUILTIN_MACHINES))
         self.slos = slos if slos is not None else load_slos()
@@ -348,46 +350,54 @@ class Simulator:
         except (KeyError, TypeError):
             raise SplitwisePlanError(f"machine {name!r} is unknown; valid: {choices(self.machines)}") from None
 
-    def pool_machine(self, design: Design, name: str) -> Machine:
-        """Machine ``name`` of a pool of ``design``; a user error if the model's weights do not fit in
-        each instance it runs."""
-        m = self.machine(name)
+    def pool_tp(self, design: Design, role: str = "prompt") -> int:
+        """The tensor parallelism of ``design``'s ``role`` pool (prompt or token): the design's, else the simulator's."""
+        tp = design.tp or self.pool_tps
+        return tp[0] if role == "prompt" or design.is_baseline else tp[1]
+
+    def pool_machine(self, design: Design, role: str = "prompt") -> Machine:
+        """The machine of ``design``'s ``role`` pool (prompt or token); a user error if the model's weights do not
+        fit in each instance it runs."""
+        m = self.machine(design.prompt_machine if role == "prompt" or design.is_baseline else design.token_machine)
         try:
-            self.layout(design, m)
+            self.layout(design, m, role)
         except SplitwisePlanError as exc:
             raise SplitwisePlanError(f"{design.name}: {exc}") from None
         return m
 
-    def layout(self, design: Design, machine: Machine) -> tuple[int, int]:
-        """(model instances a machine of ``design``'s pools runs at this tensor parallelism, GPUs each);
+    def layout(self, design: Design, machine: Machine, role: str = "prompt") -> tuple[int, int]:
+        """(model instances a machine of ``design``'s ``role`` pool runs at its tensor parallelism, GPUs each);
         a user error if the model's weights do not fit in one."""
-        return instance_layout(machine, self.tensor_parallel, design.is_baseline, self.model)
+        return instance_layout(machine, self.pool_tp(design, role), design.is_baseline, self.model)
 
-    def latency(self, machine: Machine):
-        """The latency model of ``machine``'s GPU: measured when the profiles have it, else estimated."""
-        return self.latency_source(machine).latency
+    def latency(self, machine: Machine, tp: int | None = None):
+        """The latency model of ``machine``'s GPU at ``tp`` (None: the prompt pool's TP): measured when the
+        profiles have it, else estimated."""
+        return self.latency_source(machine, tp).latency
 
-    def latency_source(self, machine: Machine):
-        """:class:`~splitwise_plan.perf.sources.Sourced`: the latency model of ``machine``'s GPU and whence."""
-        if machine.hardware not in self._latency:
-            self._latency[machine.hardware] = sourced_latency(self.profiles, self.model, machine,
-                                                              self.tensor_parallel, self.stack)
-        return self._latency[machine.hardware]
+    def latency_source(self, machine: Machine, tp: int | None = None):
+        """:class:`~splitwise_plan.perf.sources.Sourced`: the latency model of ``machine``'s GPU at ``tp`` and whence."""
+        key = (machine.hardware, self.tensor_parallel if tp is None else int(tp))
+        if key not in self._latency:
+            self._latency[key] = sourced_latency(self.profiles, self.model, machine, key[1], self.stack)
+        return self._latency[key]
+
+    def pool(self, design: Design, role: str, count: int) -> Pool:
+        """``count`` machines of ``design``'s ``role`` pool, with their latencies and instances."""
+        m = self.pool_machine(design, role)
+        return Pool(m, count, self.latency(m, self.pool_tp(design, role)), *self.layout(design, m, role))
 
     def cluster(self, design: str | Design, n_prompt: int, n_token: int = 0) -> Cluster:
         """Resolve a design and machine counts to a cluster."""
         d = get_design(design)
         n_prompt = pool_size(n_prompt, f"{d.name}'s {'machine count' if d.is_baseline else 'prompt pool'}")
-        pm = self.pool_machine(d, d.prompt_machine)
-        prompt = Pool(pm, n_prompt, self.latency(pm), *self.layout(d, pm))
+        prompt = self.pool(d, "prompt", n_prompt)
         token = None
         if d.is_baseline and n_token not in (0, None):   # else silently a smaller cluster than asked for
             raise SplitwisePlanError(f"{d.name} has one pool of {n_prompt} machines: no token machines "
                                      f"({n_token} given)")
         if not d.is_baseline:
-            n_token = pool_size(n_token, f"{d.name}'s token pool")
-            tm = self.pool_machine(d, d.token_machine)
-            token = Pool(tm, n_token, self.latency(tm), *self.layout(d, tm))
+            token = self.pool(d, "token", pool_size(n_token, f"{d.name}'s token pool"))
         return Cluster(d.name, self.model, prompt, token, self.scheduler)
 
     def caches_per_token_instance(self, design: str | Design) -> float:

@@ -163,9 +163,9 @@ def test_capacity_brackets_the_limit(capsys, write, tmp_path):
 
 
 def test_check_fails_a_cluster_that_leaves_requests_unfinished(capsys, write):
-    """Six 24 GiB GPUs hold Llama2-70B's weights with 18 GiB to spare: the longest prompts never get
+    """Four 36 GiB GPUs hold Llama2-70B's weights with 18 GiB to spare: the longest prompts never get
     their KV cache, though too few for the P99s to see it. A gate must not pass requests that never end."""
-    machines = write("m.toml", "[machines.dgx-h100]\ngpus = 6\nhbm_gib_per_gpu = 24\n")
+    machines = write("m.toml", "[machines.dgx-h100]\ngpus = 4\nhbm_gib_per_gpu = 36\n")
     f = write("b.toml", 'design = "H100"\nmachines = 60\nmodel = "llama2-70b"\ntensor_parallel = 4\n')
     code, out, err = run(capsys, "check", f, "--rps", 40, "--duration", 60, "--machines-file", machines)
     assert code == 1, out + err

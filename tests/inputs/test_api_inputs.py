@@ -66,7 +66,7 @@ def test_numpy_and_numeric_strings_become_plain_numbers_that_reports_serialize()
     text = sp.PlanRequest(rps="8", tp="4", seeds=" 2", seed="3", jobs="1", margin="0.1", bandwidth="12.5", designs="HH")
     assert (text.rps, text.tp, text.seeds, text.seed, text.jobs, text.margin, text.bandwidth) == (8.0, 4, 2, 3, 1, 0.1, 12.5)
     assert [type(getattr(text, k)) for k in ("tp", "seeds", "margin", "bandwidth")] == [int, int, float, float]
-    with pytest.raises(sp.SplitwisePlanError, match="^tp must be a whole number, got '8.5'"):
+    with pytest.raises(sp.SplitwisePlanError, match="^tp takes a tensor parallelism for every pool .* got '8.5'"):
         sp.PlanRequest(rps=8, tp="8.5")
     m = dataclasses.replace(BUILTIN_MACHINES["dgx-h100"], cost=np.float32(4), gpus=np.int64(4))
     assert (type(m.cost), type(m.gpus), m.hbm_bytes) == (float, int, 4 * 80 * 2**30)

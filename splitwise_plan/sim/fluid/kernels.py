@@ -31,7 +31,17 @@ import math
 
 from splitwise_plan.perf.latency_model import MIXED_BATCH_FACTOR
 from splitwise_plan.sim.jit import njit, step, unowned
-from splitwise_plan.sim.kernel_tools import KV, KV_RATE, curve_at, decode_step, inline, pool_append, pool_remove, pop, push
+from splitwise_plan.sim.kernel_tools import (
+    KV,
+    KV_RATE,
+    curve_at,
+    decode_step,
+    inline,
+    pool_append,
+    pool_remove,
+    pop,
+    push,
+)
 
 # columns of req_f and req_i (requests in arrival order)
 ARRIVAL, MEM_P, MEM_T, XFER, TTFT, E2E = range(6)
