@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from splitwise_plan.inputs.machines import BUILTIN_MACHINES  # noqa: E402
-from splitwise_plan.inputs.models import get_model, weights_fit_problem  # noqa: E402
+from splitwise_plan.inputs.models import get_model  # noqa: E402
 from splitwise_plan.perf import aiconfigurator as aic  # noqa: E402
 from splitwise_plan.perf.analytic import _columns, _times_ms  # noqa: E402
 from splitwise_plan.perf.sources import accelerator_of, architecture_of  # noqa: E402
@@ -48,34 +48,14 @@ STACKS = Path(__file__).resolve().parents[1] / "profiles" / "stacks"
 MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b", "deepseek-v3", "mixtral-8x7b")
 GPUS = ("dgx-h100", "dgx-h200", "dgx-b200")
 TPS = (4, 8)
-# (prompt size, batch size, output size): as benchmarks/fit_stack_presets.py
-GRID = ([(s, 1, 128) for s in (128, 256, 512, 1024, 2048, 4096, 8192)]
-        + [(512, b, 128) for b in (2, 4, 8, 16, 32, 64, 128, 256)]
-        + [(s, b, 256) for s in (2048, 8192) for b in (8, 32, 128)])
 PREFIX = "moe "   # the held-out tables' keys: "moe h100-80gb"
 
 
 def aic_rows(backend: str, models=MODELS, gpus=GPUS) -> pd.DataFrame:
-    """aiconfigurator's times (ms) over GRID for each (model, GPU, TP) whose weights fit, experts at EP = TP."""
-    rows = []
-    for name in models:
-        model = get_model(name)
-        for gpu in gpus:
-            machine = BUILTIN_MACHINES[gpu]
-            system = aic.SYSTEMS[machine.hardware]
-            version = aic._current_version(system, backend)
-            for tp in TPS:
-                if weights_fit_problem(model, machine, tp):
-                    continue
-                try:
-                    h = aic._engine(aic._config_text(model), system, backend, version, tp, model.dtype)
-                    for s, b, n in GRID:
-                        rows.append(dict(model=name, hardware=machine.hardware, tensor_parallel=tp, prompt_size=s,
-                                         batch_size=b, token_size=n, prompt_time=h.predict_prefill_latency(b, s),
-                                         token_time=h.decode_step_latency(b, s, n), version=f"{system} {version}"))
-                except Exception as exc:   # (no data for this one: said, and left out)
-                    print(f"[moe] {backend}: {name} on {system} TP{tp}: no data ({str(exc).splitlines()[0][:160]})")
-    return pd.DataFrame(rows)
+    """aiconfigurator's times (ms) over the presets' grid for each (model, GPU, TP) whose weights fit, experts at
+    EP = TP (those it has no data for are said and left out)."""
+    from fit_stack_presets import aic_rows as preset_rows
+    return preset_rows(backend, models, gpus, TPS, skip_missing=True)
 
 
 def columns(rows: pd.DataFrame) -> dict:

@@ -54,8 +54,9 @@ GRID = ([(s, 1, 128) for s in (128, 256, 512, 1024, 2048, 4096, 8192)]
         + [(s, b, 256) for s in (2048, 8192) for b in (8, 32, 128)])
 
 
-def aic_rows(backend: str, models, gpus) -> pd.DataFrame:
-    """aiconfigurator's times (ms) over GRID for each (model, GPU, TP) whose weights fit."""
+def aic_rows(backend: str, models, gpus, tps=TPS, skip_missing: bool = False) -> pd.DataFrame:
+    """aiconfigurator's times (ms) over GRID for each (model, GPU, TP of ``tps``) whose weights fit (a mixture's
+    experts at EP = TP); ``skip_missing``: one with no data is said and left out, else its error is raised."""
     rows = []
     for name in models:
         model = get_model(name)
@@ -63,14 +64,19 @@ def aic_rows(backend: str, models, gpus) -> pd.DataFrame:
             machine = BUILTIN_MACHINES[gpu]
             system = aic.SYSTEMS[machine.hardware]
             version = aic._current_version(system, backend)
-            for tp in TPS:
+            for tp in tps:
                 if weights_fit_problem(model, machine, tp) or tp > machine.gpus:
                     continue
-                h = aic._engine(aic._config_text(model), system, backend, version, tp, model.dtype)
-                for s, b, n in GRID:
-                    rows.append(dict(model=name, hardware=machine.hardware, tensor_parallel=tp, prompt_size=s,
-                                     batch_size=b, token_size=n, prompt_time=h.predict_prefill_latency(b, s),
-                                     token_time=h.decode_step_latency(b, s, n), version=f"{system} {version}"))
+                try:
+                    h = aic._engine(aic._config_text(model), system, backend, version, tp, model.dtype)
+                    rows += [dict(model=name, hardware=machine.hardware, tensor_parallel=tp, prompt_size=s,
+                                  batch_size=b, token_size=n, prompt_time=h.predict_prefill_latency(b, s),
+                                  token_time=h.decode_step_latency(b, s, n), version=f"{system} {version}")
+                             for s, b, n in GRID]
+                except Exception as exc:   # (no data for this one)
+                    if not skip_missing:
+                        raise
+                    print(f"[aic] {backend}: {name} on {system} TP{tp}: no data ({str(exc).splitlines()[0][:160]})")
     return pd.DataFrame(rows)
 
 

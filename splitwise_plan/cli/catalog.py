@@ -145,7 +145,9 @@ def _preset_errors() -> None:
     median, p90, ratio = PRESET_GOAL
     table = Table(title="Stack presets (--stack NAME), on models and a GPU they were not fitted on",
                   caption=(f"absolute % error against AIConfigurator's measured kernels; goal: median <= {median:g}, "
-                           f"P90 <= {p90:g}, ratio to H100 <= {ratio:g} at the median (benchmarks/fit_stack_presets.py)"))
+                           f"P90 <= {p90:g}, ratio to H100 <= {ratio:g} at the median (benchmarks/fit_stack_presets.py); "
+                           "rows 'moe GPU': mixtures of experts, each at MoE efficiencies fitted on the other "
+                           "mixtures, on GPUs the preset was fitted on (benchmarks/bench_moe_estimate.py)"))
     for col in ("stack", "predicts", "models", "configs", "prompt median", "prompt P90", "decode median",
                 "decode P90", "ratio to H100", "goal"):
         table.add_column(col, justify="left" if col in ("stack", "predicts", "models", "goal") else "right")

@@ -18,6 +18,7 @@ from splitwise_plan import __version__
 from splitwise_plan.cli.app import EXIT_NO_ANSWER, app, console
 from splitwise_plan.cli.options import ADV, RATES_METAVAR, STDOUT, opt_bandwidth, opt_transfer, parse_rates
 from splitwise_plan.cli.output import check_output_options, note, print_json, stdout_taken
+from splitwise_plan.errors import plural
 from splitwise_plan.planning.options import PLAN_OPTIONS, option_name
 
 
@@ -137,7 +138,9 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
     others = [d for d in loaded if isinstance(d, str) and d not in names]   # kept for a plan naming them
     memo = Memo((k for d, k in loaded.items() if isinstance(d, tuple)),   # simulations of designs unfinished
                 keep=ckpt.keep if ckpt is not None else None)
-    with progress(n, f"plan {req.goal}, {n} design{'s' if n > 1 else ''}", quiet=quiet) as bar:
+    what = (f"{n} TP pairs of {plural(len(req.designs), 'design')}" if n != len(req.designs) else
+            plural(n, "design"))
+    with progress(n, f"plan {req.goal}, {what}", quiet=quiet) as bar:
         def done(dp) -> None:
             bar.advance(1)
             bar.update(description=f"plan {req.goal}: {dp.design} {dp.status} in {dp.seconds:.1f} s")
