@@ -46,6 +46,8 @@ def plan_iso(inputs: Inputs, req: PlanRequest, design: str, method: str, lockste
         return s._answer("infeasible", note=out_of_reach_text(missed, reference_label(sim.slos)))
     while True:
         sr = search(s.ev, s.space, req.strategy, exclude=s.excluded, **s.opts)
+        if sr.best is None and s.ceiling is not None:   # nothing cheaper than its design's best answer
+            return s._answer("pruned", note=f"nothing below its design's best answer, {s.ceiling:,.2f}")
         if sr.best is None:
             return s.climb() if s.excluded else s.infeasible()
         if req.strategy == "frontier" and cpu_cores() > 2:
@@ -87,8 +89,10 @@ class _IsoSearch:
         self.units = pool_units(inputs, d)
         self.key = key_fn(req.objective, *self.units)
         ps = np.arange(1, p_max + 1)
+        self.ceiling = inputs.ceilings.get(d.name)   # (--tp auto: the value a TP pair must beat, if any)
         self.space = Space((1, p_max), (0, 0) if d.is_baseline else (1, t_max), self.key,
-                           t_min=cm.min_token(ps, t_max if not d.is_baseline else 0))
+                           t_min=cm.min_token(ps, t_max if not d.is_baseline else 0),
+                           ceiling=None if self.ceiling is None else (round(self.ceiling, 9),))
         bound = cm.ilp_bound(req.objective, p_max=p_max, t_max=None if d.is_baseline else t_max)
         self.batch = req.batch or default_batch(method, d)
         # the search's simulations cover every seed's stream, but with a storage (whose workers

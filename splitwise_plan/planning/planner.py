@@ -240,19 +240,21 @@ def _run_auto(inputs: Inputs, req: PlanRequest, done: dict, method: str, collect
             keep(done[n] if n in done else DesignPlan(design=n, short=get_design(n).short, status="infeasible",
                                                       note=inputs.unfit(n)))
     _run(inputs, req, first, method, keep, memo, say)
-    second = []
+    second, ceilings = [], {}
     for names in groups.values():
         best = min((_objective(answers[n], req) for n in names if n in answers), default=math.inf)
         for n in names:
             if n in answers:
                 continue
-            if tp.can_beat(n, bounds, best):
+            if tp.can_beat(n, bounds, best):   # searched only below that answer
                 second.append(n)
+                if math.isfinite(best):
+                    ceilings[n] = best
             else:   # its best case cannot beat its design's best answer: never simulated
                 keep(DesignPlan(design=n, short=get_design(n).short, status="pruned", bound=bounds[n],
                                 note=f"its ILP bound {bounds[n]:,.2f} is not below its design's best answer {best:,.2f}"))
     if second:
-        _run(inputs, req, second, method, keep, memo, say)
+        _run(replace(inputs, ceilings=ceilings), req, second, method, keep, memo, say)
 
 
 def _objective(p: DesignPlan, req: PlanRequest) -> float:

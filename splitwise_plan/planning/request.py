@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from splitwise_plan.errors import (
     SplitwisePlanError,
@@ -336,6 +336,8 @@ class Inputs:
     scheduler: SchedulerConfig = SchedulerConfig()
     stack: object = None   # the serving stack of estimated latencies
     stack_why: str = ""    # why ``--stack auto`` chose it ('' where the request named it)
+    #: {design: the goal's value its answer must beat}: under ``--tp auto``, a TP pair's design's best answer
+    ceilings: dict = field(default_factory=dict)
 
     @classmethod
     def load(cls, req: PlanRequest) -> "Inputs":

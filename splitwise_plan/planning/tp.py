@@ -4,8 +4,9 @@ A design's variants are its pools at each pair (prompt TP, token TP) of divisors
 an instance holds the model's weights (a baseline's one pool: each divisor). Each variant is a design of its own
 (``splitwise-hh@tp4:2``), searched and confirmed as any design is. The capacity model's ILP bound orders them and
 prunes: the variant of the lowest bound and the design at TP8 run first; a variant whose bound (the cost or power no
-cluster of it can go below) cannot beat the best of its design's answers then is never simulated. Each design keeps
-its best variant; the others are listed with it.
+cluster of it can go below) cannot beat the best of its design's answers then is never simulated, and the others
+are searched only below that answer (their search space's ceiling): a variant that cannot beat it is told so in a
+few simulations. Each design keeps its best variant; the others are listed with it.
 """
 
 from __future__ import annotations

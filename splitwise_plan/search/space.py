@@ -29,6 +29,9 @@ class Space:
     t_range: tuple[int, int]
     key: Callable[[int, int], tuple] = field(repr=False)
     t_min: np.ndarray | None = field(default=None, repr=False)
+    #: a key the answer must stay below (None: none): points at or above it are never simulated (under
+    #: ``--tp auto``, a design's TP pair needs only to beat its design's best answer so far)
+    ceiling: tuple | None = None
 
     @property
     def ps(self) -> np.ndarray:
@@ -61,9 +64,12 @@ class Space:
         machines break its ties), so each column is one bisection: no grid of millions of
         points is ever listed, whatever the rate scales the space to.
         """
+        return self.below(self.key(*pt))
+
+    def below(self, key: tuple) -> np.ndarray:
+        """Per prompt count, the largest token count whose key is below ``key`` (``t_range[0] - 1``: none)."""
         ts = range(self.t_range[0], self.t_range[1] + 1)
-        best = self.key(*pt)
-        return np.array([self.t_range[0] - 1 + bisect_left(ts, best, key=lambda t, p=int(p): self.key(p, t))
+        return np.array([self.t_range[0] - 1 + bisect_left(ts, key, key=lambda t, p=int(p): self.key(p, t))
                          for p in self.ps], dtype=np.int64)
 
 

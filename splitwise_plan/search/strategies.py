@@ -54,7 +54,8 @@ def frontier_search(evaluate: Evaluator, space: Space, *, batch: int = 8, exclud
     passt = np.full(n, t_hi + 1, dtype=np.int64)  # token counts >= passt[i] pass at ps[i]
     best: Point | None = None
     best_key = None
-    cap = np.full(n, t_hi, dtype=np.int64)    # per column, the token counts still cheaper than the best
+    # per column, the token counts still cheaper than the best (and than the space's ceiling)
+    cap = np.full(n, t_hi, dtype=np.int64) if space.ceiling is None else space.below(space.ceiling)
     stale = False                               # the best changed since ``cap`` was computed
 
     def absorb(pt: Point, ok: bool) -> None:

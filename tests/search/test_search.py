@@ -216,3 +216,20 @@ def test_a_stop_does_not_wait_for_the_round_in_progress():
     th.join(30)
     assert stopped_at_once, "stop() waited for the round in progress"
     assert outcome == [[None], "stopped"]
+
+
+@pytest.mark.parametrize("name", ["HH-like", "HA-like", "baseline"])
+def test_a_ceiling_finds_what_is_below_it_and_simulates_nothing_above_it(name):
+    """Under --tp auto a TP pair needs only to beat its design's best answer: with the exhaustive optimum's key as
+    the ceiling nothing is found and no point at or above it is simulated; a ceiling above it finds it."""
+    import dataclasses
+
+    passes, pr, tr, cp, ct = SHAPES[name]
+    space = Space(pr, tr, cost_key(cp, ct))
+    want = exhaustive_search(Evaluator(run=oracle(passes)), space).best
+    at = dataclasses.replace(space, ceiling=space.key(*want)[:1])
+    ev = Evaluator(run=oracle(passes))
+    assert frontier_search(ev, at, batch=8).best is None
+    assert all(space.key(*pt)[0] < space.key(*want)[0] for pt in ev.cache)
+    above = dataclasses.replace(space, ceiling=(space.key(*want)[0] + 0.01,))
+    assert frontier_search(Evaluator(run=oracle(passes)), above, batch=8).best == want
