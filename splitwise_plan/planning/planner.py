@@ -223,8 +223,13 @@ def _run_auto(inputs: Inputs, req: PlanRequest, done: dict, method: str, collect
     """Plan each design's TP variants (``req.designs``) in two rounds: the lowest-bound and the TP8 variant of each
     design, then those whose ILP bound could beat their design's best answer of the first round."""
     order = _to_plan(req, inputs, done, lambda p: None)
-    sim = inputs.simulator(inputs.stream(req.rps if req.rps is not None else None, req.seed), method)
-    bounds = _bounds(sim, req, order)
+    if req.goal == "max-throughput":   # (no cost to beat: every pair is planned)
+        for n in req.designs:
+            if n not in order:
+                collect(done[n] if n in done else _infeasible(inputs, n))
+        _run(inputs, req, order, method, collect, memo, say)
+        return
+    bounds = _bounds(inputs.simulator(inputs.stream(req.rps, req.seed), method), req, order)
     groups: dict = {}
     for n in order:
         groups.setdefault(base_design(get_design(n)).name, []).append(n)
@@ -237,8 +242,7 @@ def _run_auto(inputs: Inputs, req: PlanRequest, done: dict, method: str, collect
 
     for n in req.designs:   # those that cannot hold the model, and those done already
         if n not in order:
-            keep(done[n] if n in done else DesignPlan(design=n, short=get_design(n).short, status="infeasible",
-                                                      note=inputs.unfit(n)))
+            keep(done[n] if n in done else _infeasible(inputs, n))
     _run(inputs, req, first, method, keep, memo, say)
     second, ceilings = [], {}
     for names in groups.values():
@@ -257,6 +261,11 @@ def _run_auto(inputs: Inputs, req: PlanRequest, done: dict, method: str, collect
         _run(replace(inputs, ceilings=ceilings), req, second, method, keep, memo, say)
 
 
+def _infeasible(inputs: Inputs, name: str) -> DesignPlan:
+    """The answer of a design whose machines cannot hold the model."""
+    return DesignPlan(design=name, short=get_design(name).short, status="infeasible", note=inputs.unfit(name))
+
+
 def _objective(p: DesignPlan, req: PlanRequest) -> float:
     """A design answer's cost or power (inf without an answer)."""
     if p.status != "ok":
@@ -265,11 +274,9 @@ def _objective(p: DesignPlan, req: PlanRequest) -> float:
 
 
 def _bounds(sim, req: PlanRequest, names: list) -> dict:
-    """Each design's ILP lower bound of the goal's objective (none for max-throughput: every variant is planned)."""
+    """Each design's ILP lower bound of the goal's objective."""
     from splitwise_plan.search import capacity_model
 
-    if req.goal == "max-throughput":
-        return {}
     out = {}
     for n in names:
         try:
