@@ -77,6 +77,17 @@ def _load_spec(cluster_file: Path, machines_file: Optional[Path], model: Optiona
     return spec if model is None else dataclasses.replace(spec, model=get_model(model).name)
 
 
+def _plan_defaults(spec, workload, duration, seed, seeds, dtype, stack) -> tuple:
+    """(workload, duration, seed, seeds, dtype, stack): each option as given, else the cluster file's (a plan's
+    --cluster-out writes them), else the command's default."""
+    from splitwise_plan.planning.options import default
+
+    given = {"workload": workload, "duration": duration, "seed": seed, "seeds": seeds, "dtype": dtype, "stack": stack}
+    fallback = {"workload": default("workload"), "duration": default("duration"), "seed": default("seed"),
+                "seeds": 1, "dtype": None, "stack": None}
+    return tuple(v if v is not None else spec.plan.get(k, fallback[k]) for k, v in given.items())
+
+
 def _check_cluster(spec, inp: Inputs, cluster_file: Path) -> None:
     """A user error naming the cluster file when its machines cannot run its model at its TP
     (too few GPUs or too little HBM, or no profile at that TP)."""
@@ -141,16 +152,17 @@ class Load:
 @app.command("check", cls=ReportCommand)
 def check_cmd(
     cluster_file: Path = typer.Argument(..., metavar="CLUSTER_FILE", help="The deployed cluster, TOML (or YAML, with PyYAML installed)."),
-    rps: Optional[str] = opt_rps("Expected request rate, req/s."),
+    rps: Optional[str] = opt_rps("Expected request rate, req/s. Default: the cluster file's rps (the rate a plan "
+                                 "chose it for, --cluster-out)."),
     headroom: float = typer.Option(0.0, "--headroom", help=(
         "Require the SLOs at rate x (1 + headroom), e.g. 0.2, and at the rate itself.")),
-    workload: str = opt_workload(),
+    workload: Optional[str] = opt_workload(from_file=True),
     model: Optional[str] = opt_model_override(),
     dtype: Optional[str] = opt_dtype(),
     trace: Optional[Path] = opt_trace(),
-    duration: float = opt_duration(),
-    seed: int = opt_seed(),
-    seeds: int = opt_seeds(),
+    duration: Optional[float] = opt_duration(from_file=True),
+    seed: Optional[int] = opt_seed(from_file=True),
+    seeds: Optional[int] = opt_seeds(from_file=True),
     margin: float = opt_margin(),
     slo: Optional[Path] = opt_slo(),
     machines_file: Optional[Path] = opt_machines_file(),
@@ -172,10 +184,12 @@ def check_cmd(
 
     e.g. `splitwise-plan check examples/cluster.toml --rps 60 --headroom 0.2` (or --rps 50,60,70: a verdict per rate).
     """
+    spec = _load_spec(cluster_file, machines_file, model)
+    rps = rps if rps is not None or trace is not None or "rps" not in spec.plan else f"{spec.plan['rps']:g}"
+    workload, duration, seed, seeds, dtype, stack = _plan_defaults(spec, workload, duration, seed, seeds, dtype, stack)
     rates = parse_rates(rps)
     _check_check_options(headroom, rates, trace)
     threshold = check_seeds_margin(seeds, margin)
-    spec = _load_spec(cluster_file, machines_file, model)
     check_output_options(json_out, csv_out, inputs=input_files(
         cluster=cluster_file, trace=trace, workload=workload, slo=slo, machines_file=machines_file, profiles=profiles))
     inp = resolve_inputs(model=spec.model, dtype=dtype, stack=stack, tp=spec.tensor_parallel, workload=workload, rps=None, trace=trace,
@@ -463,15 +477,15 @@ def _rate_bound(inp: Inputs, spec, duration: float, seed: int) -> float:
 @app.command("capacity", cls=ReportCommand)
 def capacity_cmd(
     cluster_file: Path = typer.Argument(..., metavar="CLUSTER_FILE", help="The deployed cluster, TOML (or YAML, with PyYAML installed)."),
-    workload: str = opt_workload(),
+    workload: Optional[str] = opt_workload(from_file=True),
     model: Optional[str] = opt_model_override(),
     dtype: Optional[str] = opt_dtype(),
     trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help=(
         "Replay this trace CSV (Azure or reference format), time-scaled to each rate tried, instead of "
         "generated streams.")),
-    duration: float = opt_duration(),
-    seed: int = opt_seed(),
-    seeds: int = opt_seeds(),
+    duration: Optional[float] = opt_duration(from_file=True),
+    seed: Optional[int] = opt_seed(from_file=True),
+    seeds: Optional[int] = opt_seeds(from_file=True),
     margin: float = opt_margin(),
     precision: float = typer.Option(0.01, "--precision", help="Relative precision of the bisection on the rate."),
     start_rps: Optional[float] = typer.Option(None, "--start-rps", rich_help_panel=ADV,
@@ -494,9 +508,10 @@ def capacity_cmd(
 
     e.g. `splitwise-plan capacity examples/cluster.toml --seeds 3 --margin 0.1`.
     """
+    spec = _load_spec(cluster_file, machines_file, model)
+    workload, duration, seed, seeds, dtype, stack = _plan_defaults(spec, workload, duration, seed, seeds, dtype, stack)
     _check_capacity_options(precision, start_rps, duration)
     threshold = check_seeds_margin(seeds, margin)
-    spec = _load_spec(cluster_file, machines_file, model)
     check_output_options(json_out, csv_out, inputs=input_files(
         cluster=cluster_file, trace=trace, workload=workload, slo=slo, machines_file=machines_file,
         profiles=profiles))

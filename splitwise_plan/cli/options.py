@@ -54,9 +54,14 @@ ADV = "Advanced"
 OUT = "Output"
 
 
-def opt_workload():
-    return typer.Option(default("workload"), "--workload", "-w", metavar="NAME|FILE",
-                        help="Request sizes: coding, conversation, or a trace CSV to draw sizes from.")
+#: What the help of an option of check and capacity adds: a cluster file a plan wrote gives its own value.
+FROM_FILE = " Default: the cluster file's, as the plan that wrote it (--cluster-out) ran, else "
+
+
+def opt_workload(from_file: bool = False):
+    return typer.Option(None if from_file else default("workload"), "--workload", "-w", metavar="NAME|FILE",
+                        help="Request sizes: coding, conversation, or a trace CSV to draw sizes from."
+                             + (f"{FROM_FILE}{default('workload')}." if from_file else ""))
 
 
 def opt_trace():
@@ -64,8 +69,10 @@ def opt_trace():
                         help="Replay this trace CSV exactly (Azure or reference format) instead of a generated stream.")
 
 
-def opt_duration():
-    return typer.Option(default("duration"), "--duration", metavar="S", help="Length of the generated stream, seconds.")
+def opt_duration(from_file: bool = False):
+    return typer.Option(None if from_file else default("duration"), "--duration", metavar="S",
+                        help="Length of the generated stream, seconds."
+                             + (f"{FROM_FILE}{default('duration'):g}." if from_file else ""))
 
 
 def opt_model():
@@ -77,8 +84,9 @@ def opt_tp():
                         "pool's and the token pool's (4:2). A machine runs GPUs/TP instances of the model.")
 
 
-def opt_seed():
-    return typer.Option(default("seed"), "--seed", help="Seed of the generated stream.")
+def opt_seed(from_file: bool = False):
+    return typer.Option(None if from_file else default("seed"), "--seed", help="Seed of the generated stream."
+                        + (f"{FROM_FILE}{default('seed')}." if from_file else ""))
 
 
 def opt_slo():
@@ -188,11 +196,12 @@ def parse_rates(text: Optional[str], flag: str = "--rps") -> Optional[list[float
     return rates
 
 
-def opt_seeds():
+def opt_seeds(from_file: bool = False):
     """``--seeds`` of the commands that study one cluster: one stream unless asked (the planner's default
-    is its own, see planning/options.py)."""
-    return typer.Option(1, "--seeds", metavar="K",
-                        help="Simulate K streams (seeds seed..seed+K-1); the verdict is their worst.")
+    is its own, see planning/options.py), or a cluster file's."""
+    return typer.Option(None if from_file else 1, "--seeds", metavar="K",
+                        help="Simulate K streams (seeds seed..seed+K-1); the verdict is their worst."
+                             + (f"{FROM_FILE}1." if from_file else ""))
 
 
 def opt_margin():

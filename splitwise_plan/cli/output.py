@@ -29,12 +29,13 @@ def stdout_taken(*outputs) -> bool:
 
 
 def check_output_options(json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path] = None,
-                   requests: Optional[Path] = None, inputs: Optional[dict] = None) -> None:
+                   requests: Optional[Path] = None, inputs: Optional[dict] = None,
+                   cluster: Optional[Path] = None) -> None:
     """Fail now, with one line, on an output path that could not be written, that two outputs share,
     that is standard output twice, or that names one of the command's ``inputs`` ({option: path})."""
     from splitwise_plan.report.files import check_outputs, is_stdout
     files = {"--json": None if json_out == STDOUT else json_out, "--csv": csv_out, "--plot": plot,
-             "--requests": requests}
+             "--requests": requests, "--cluster-out": cluster}
     to_stdout = ["--json -"] if json_out == STDOUT else []
     for flag, p in files.items():
         if p is not None and str(p) == STDOUT:

@@ -78,6 +78,10 @@ def root(
     plot: Optional[Path] = typer.Option(
         None, "--plot", metavar="FILE", rich_help_panel="Output",
         help="Cost, power and throughput of the designs (like the paper's Fig. 18): .png, .svg or .html."),
+    cluster_out: Optional[Path] = typer.Option(
+        None, "--cluster-out", metavar="FILE", rich_help_panel="Output",
+        help="Write the winner as a cluster file (its machines and counts, the model, dtype, stack, each pool's TP, "
+             "and the plan's rate and streams), which `splitwise-plan check FILE` re-checks on the plan's own streams."),
     quiet: bool = typer.Option(False, "--quiet", "-q", rich_help_panel="Output", help=(
         "No progress bar and no 'wrote FILE' notes (a stopped run still says what it kept).")),
     _version: bool = typer.Option(False, "--version", is_eager=True, callback=lambda v: _print_version(v),
@@ -104,7 +108,7 @@ def root(
         search_method=search_method, confirm_method=confirm_method, margin=margin, storage=storage, study=study,
         transfer=transfer, bandwidth=bandwidth) for rate in rates]   # every rate's request checked before any runs
     answered = [_plan_and_report(req, *(_per_rate(out, req.rps, len(reqs)) for out in (json_out, csv_out, plot)),
-                                 quiet) for req in reqs]
+                                 quiet, _per_rate(cluster_out, req.rps, len(reqs))) for req in reqs]
     if not all(answered):   # the worst of the rates: no design meets the goal at one of them
         raise typer.Exit(code=EXIT_NO_ANSWER)
 
@@ -120,7 +124,7 @@ def _per_rate(path, rate: Optional[float], n: int):
 
 
 def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path],
-                     quiet: bool) -> bool:
+                     quiet: bool, cluster_out: Optional[Path] = None) -> bool:
     """Run the planner with a progress bar (per finished design), then write the reports and the table;
     whether a design meets the goal (the plan has a winner)."""
     from splitwise_plan.cli.progress import progress
@@ -128,7 +132,7 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
     from splitwise_plan.report.checkpoint import plan_cache_dir, stopped_note
     from splitwise_plan.report.plan import plan_report, render, write_reports
 
-    check_output_options(json_out, csv_out, plot, inputs=req.input_files())   # a bad path fails now, not after the run
+    check_output_options(json_out, csv_out, plot, inputs=req.input_files(), cluster=cluster_out)   # fail now, not after
     names = planned_designs(req)   # (under --tp auto, each design at each TP)
     n = len(names)
     ckpt, loaded = _plan_checkpoint(req, names, csv_out, None if json_out == STDOUT else json_out, plot, quiet=quiet)
@@ -158,6 +162,9 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
             raise
     written = write_reports(result, json_path=None if json_out == STDOUT else json_out,
                             csv_path=csv_out, plot_path=plot)
+    if cluster_out is not None and result.winner is not None:
+        from splitwise_plan.report.plan import write_cluster_file
+        written.append(write_cluster_file(result, cluster_out))
     if ckpt is not None:
         ckpt.finish(others, "designs")
     if json_out == STDOUT:

@@ -17,12 +17,23 @@ A baseline (every machine runs both phases)::
     machines = 40
     machine_type = "dgx-h100"          # optional override
 
+The plan that chose it may add, as ``splitwise-plan --cluster-out FILE`` writes them, what ``check`` and
+``capacity`` then take as their defaults so that they reproduce the plan's streams::
+
+    dtype = "bf16"                     # the weights' precision
+    stack = "vllm"                     # the latencies' stack (--stack)
+    rps = 100.0                        # the planned rate (check's --rps)
+    workload = "conversation"          # the request sizes, the stream's length, its seed and seeds
+    duration = 120.0
+    seed = 0
+    seeds = 3
+
 YAML files (``.yaml``/``.yml``) take the same keys when PyYAML is installed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -33,7 +44,10 @@ from splitwise_plan.inputs.models import BUILTIN_MODELS
 from splitwise_plan.inputs.paths import read_toml, user_file
 
 KEYS = ("name", "description", "design", "prompt_machines", "token_machines", "machines", "model",
-        "tensor_parallel", "tp", "prompt_machine_type", "token_machine_type", "machine_type")
+        "tensor_parallel", "tp", "prompt_machine_type", "token_machine_type", "machine_type",
+        "dtype", "stack", "rps", "workload", "duration", "seed", "seeds")
+#: The keys of the plan's streams and latencies, which check and capacity take as their defaults.
+PLAN_KEYS = ("dtype", "stack", "rps", "workload", "duration", "seed", "seeds")
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,8 @@ class ClusterSpec:
     tensor_parallel: int | str = 8   # or "4:2"
     name: str = ""
     source: str = ""
+    #: {key of PLAN_KEYS: value} the file gives (a plan's --cluster-out writes them all)
+    plan: dict = field(default_factory=dict)
 
     @property
     def is_baseline(self) -> bool:
@@ -69,7 +85,8 @@ class ClusterSpec:
         return {"name": self.name or None, "source": self.source or None, "design": d.name,
                 "prompt_machine_type": d.prompt_machine, "token_machine_type": d.token_machine,
                 "prompt_machines": self.prompt_machines, "token_machines": self.token_machines,
-                "machines": self.machines, "model": self.model, "tensor_parallel": self.tensor_parallel}
+                "machines": self.machines, "model": self.model, "tensor_parallel": self.tensor_parallel,
+                **self.plan}
 
 
 def _read_yaml(p: Path) -> dict:
@@ -182,11 +199,7 @@ def parse_cluster(doc: Mapping, where: str = "cluster file",
     # machine types of its own make it the design of those pools (named PROMPT:TOKEN or baseline:MACHINE)
     design = get_design(f"baseline:{design.prompt_machine}" if design.is_baseline
                         else f"{design.prompt_machine}:{design.token_machine}")
-    model = _string(where, "model", doc.get("model", "bloom-176b"))
-    try:
-        model = by_name(BUILTIN_MODELS, model).name
-    except KeyError:
-        raise SplitwisePlanError(f"{where}: model {model!r} is unknown; valid: {choices(BUILTIN_MODELS)}") from None
+    model = _model(where, _string(where, "model", doc.get("model", "bloom-176b")))
     if "tp" in doc and "tensor_parallel" in doc:
         raise SplitwisePlanError(f"{where}: give tensor_parallel or tp, not both")
     tp = doc.get("tensor_parallel", doc.get("tp", 8))
@@ -196,7 +209,66 @@ def parse_cluster(doc: Mapping, where: str = "cluster file",
     else:
         tp = _count(where, "tensor_parallel", tp)
     name = _string(where, "name", doc["name"]) if "name" in doc else ""
-    return ClusterSpec(design, n_prompt, n_token, model=model, tensor_parallel=tp, name=name)
+    return ClusterSpec(design, n_prompt, n_token, model=model, tensor_parallel=tp, name=name,
+                       plan=_plan_keys(where, doc))
+
+
+def _model(where: str, model: str) -> str:
+    """A built-in model's name, or a config.json (or its folder) that reads as a model; else one line."""
+    import os
+
+    from splitwise_plan.inputs.models import get_model
+    try:
+        return by_name(BUILTIN_MODELS, model).name
+    except KeyError:
+        if not os.path.exists(model):
+            raise SplitwisePlanError(f"{where}: model {model!r} is unknown; valid: {choices(BUILTIN_MODELS)}, "
+                                     "or a config.json's path") from None
+    get_model(model)   # (a bad config.json fails here, in one line)
+    return model
+
+
+def _plan_keys(where: str, doc: Mapping) -> dict:
+    """The plan's keys the file gives, checked (see PLAN_KEYS)."""
+    out = {}
+    for key in ("dtype", "stack", "workload"):
+        if key in doc:
+            out[key] = _string(where, key, doc[key])
+    for key in ("rps", "duration"):
+        if key in doc:
+            value = doc[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+                raise SplitwisePlanError(f"{where}: {key} must be a positive number, got {value!r}")
+            out[key] = float(value)
+    if "seed" in doc:
+        if isinstance(doc["seed"], bool) or not isinstance(doc["seed"], int) or doc["seed"] < 0:
+            raise SplitwisePlanError(f"{where}: seed must be a whole number >= 0, got {doc['seed']!r}")
+        out["seed"] = int(doc["seed"])
+    if "seeds" in doc:
+        out["seeds"] = _count(where, "seeds", doc["seeds"])
+    return out
+
+
+def cluster_toml(spec: ClusterSpec, comment: str = "") -> str:
+    """A cluster file's text for ``spec`` (its plan's keys too), that :func:`load_cluster` reads back."""
+    import json
+
+    d = spec.design
+    lines = [f"# {line}" for line in comment.splitlines()] if comment else []
+    if spec.name:
+        lines.append(f"name = {json.dumps(spec.name)}")
+    if d.is_baseline:
+        lines += [f"design = {json.dumps('baseline:' + d.prompt_machine)}", f"machines = {spec.prompt_machines}"]
+    else:
+        lines += [f"design = {json.dumps(d.prompt_machine + ':' + d.token_machine)}",
+                  f"prompt_machines = {spec.prompt_machines}", f"token_machines = {spec.token_machines}"]
+    lines.append(f"model = {json.dumps(spec.model)}")
+    tp = spec.tensor_parallel
+    lines.append(f"tensor_parallel = {json.dumps(tp) if isinstance(tp, str) else int(tp)}")
+    for key in PLAN_KEYS:
+        if key in spec.plan:
+            lines.append(f"{key} = {json.dumps(spec.plan[key])}")
+    return "\n".join(lines) + "\n"
 
 
 def load_cluster(path: str | Path, machines: Mapping[str, Machine] | None = None) -> ClusterSpec:

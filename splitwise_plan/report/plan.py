@@ -5,7 +5,9 @@ files other tools read: the JSON report (:func:`plan_report`), one CSV row per s
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+from splitwise_plan import __version__
 from splitwise_plan.errors import SplitwisePlanError, plural
 from splitwise_plan.inputs.designs import get_design
 from splitwise_plan.planning import Inputs, PlanRequest, PlanResult, input_label, inputs_block, json_number, stream_of
@@ -354,6 +356,33 @@ def csv_columns(result: PlanResult, rows: list[dict] | None = None) -> list[str]
     cols = ["rate_rps", "seed", "design", "status", "phase", "chosen", *flat[1:], "note"]   # (flat[0]: design)
     extra = [k for r in rows for k in r if k not in cols]   # (none today: a future key is kept, at the end)
     return cols + list(dict.fromkeys(extra))
+
+
+def write_cluster_file(result: PlanResult, path) -> Path:
+    """Write the winner of ``result`` as a cluster file (atomically), with what check and capacity need to re-check
+    it on the plan's own streams: the model, dtype, stack, each pool's TP, the rate, workload, duration and seeds."""
+    from splitwise_plan.inputs.cluster_file import ClusterSpec, cluster_toml
+    from splitwise_plan.inputs.designs import base_design
+    from splitwise_plan.report.files import atomic_open
+
+    req, w = result.request, result.get(result.winner)
+    d = get_design(w.design)
+    tp = d.tp if d.tp is not None else req.tp
+    if isinstance(tp, tuple):
+        tp = tp[0] if tp[0] == tp[1] or d.is_baseline else f"{tp[0]}:{tp[1]}"
+    stack = (result.inputs or {}).get("stack")
+    plan = {"dtype": req.dtype, "stack": (req.stack if req.stack is not None else stack.split(" (")[0] if stack
+                                          else None),
+            "rps": w.rate, "workload": input_label(req.workload) if req.trace is None else None,
+            "duration": float(req.duration) if req.trace is None else None,
+            "seed": req.seed if req.trace is None else None, "seeds": req.seeds if req.trace is None else None}
+    spec = ClusterSpec(base_design(d), w.prompt, w.token, model=req.model, tensor_parallel=tp,
+                       plan={k: v for k, v in plan.items() if v is not None})
+    note = (f"The winner of splitwise-plan {__version__}: {w.design}, {w.cost:,.2f} at {w.rate:g} req/s.\n"
+            f"splitwise-plan check FILE re-checks it on the plan's streams.")
+    with atomic_open(path, "w", what="cluster file") as fh:
+        fh.write(cluster_toml(spec, note))
+    return Path(path).expanduser()
 
 
 def write_reports(result: PlanResult, *, json_path=None, csv_path=None, plot_path=None) -> list:

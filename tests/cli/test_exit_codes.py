@@ -181,7 +181,7 @@ def test_the_plan_runs_once_per_rate(capsys, tmp_path, monkeypatch):
     import splitwise_plan.cli.plan as cli_plan
     asked = []
 
-    def fake(req, json_out, csv_out, plot, quiet):
+    def fake(req, json_out, csv_out, plot, quiet, cluster_out=None):
         asked.append((req.rps, json_out))
         return req.rps < 35   # no design meets the goal at 40
     monkeypatch.setattr(cli_plan, "_plan_and_report", fake)
