@@ -373,13 +373,15 @@ def write_cluster_file(result: PlanResult, path) -> Path:
     stack = (result.inputs or {}).get("stack")
     plan = {"dtype": req.dtype, "stack": (req.stack if req.stack is not None else stack.split(" (")[0] if stack
                                           else None),
-            "rps": w.rate, "workload": input_label(req.workload) if req.trace is None else None,
+            "rps": w.rate if req.trace is None else None,   # (a trace's plan is checked with --trace again)
+            "workload": input_label(req.workload) if req.trace is None else None,
             "duration": float(req.duration) if req.trace is None else None,
             "seed": req.seed if req.trace is None else None, "seeds": req.seeds if req.trace is None else None}
     spec = ClusterSpec(base_design(d), w.prompt, w.token, model=req.model, tensor_parallel=tp,
                        plan={k: v for k, v in plan.items() if v is not None})
     note = (f"The winner of splitwise-plan {__version__}: {w.design}, {w.cost:,.2f} at {w.rate:g} req/s.\n"
-            f"splitwise-plan check FILE re-checks it on the plan's streams.")
+            + ("splitwise-plan check FILE re-checks it on the plan's streams." if req.trace is None else
+               f"Planned on trace {input_label(req.trace)}: splitwise-plan check FILE --trace {input_label(req.trace)}."))
     with atomic_open(path, "w", what="cluster file") as fh:
         fh.write(cluster_toml(spec, note))
     return Path(path).expanduser()
