@@ -30,13 +30,9 @@ def divisors(gpus: int) -> list[int]:
 def variants(design: str, machines: dict, model) -> list[str]:
     """The names of ``design`` at each (prompt TP, token TP) whose instances hold ``model``'s weights."""
     base = base_design(get_design(design))
-    out = []
-    pools = [machines[m] for m in base.machines]
-    choices = [[tp for tp in divisors(m.gpus) if _fits(m, tp, model)] for m in pools]
+    choices = [[tp for tp in divisors(machines[m].gpus) if _fits(machines[m], tp, model)] for m in base.machines]
     pairs = [(p, p) for p in choices[0]] if base.is_baseline else [(p, t) for p in choices[0] for t in choices[1]]
-    for pair in pairs:
-        out.append(with_tp(base, pair).name)
-    return out
+    return [with_tp(base, pair).name for pair in pairs]
 
 
 def _fits(machine, tp: int, model) -> bool:
