@@ -77,14 +77,16 @@ def _load_spec(cluster_file: Path, machines_file: Optional[Path], model: Optiona
     return spec if model is None else dataclasses.replace(spec, model=get_model(model).name)
 
 
-def _plan_defaults(spec, workload, duration, seed, seeds, dtype, stack) -> tuple:
+def _plan_defaults(spec, workload, duration, seed, seeds, dtype, stack, trace=None) -> tuple:
     """(workload, duration, seed, seeds, dtype, stack): each option as given, else the cluster file's (a plan's
-    --cluster-out writes them), else the command's default."""
+    --cluster-out writes them), else the command's default (the plan's confirmation's seeds; one stream of a trace)."""
     from splitwise_plan.planning.options import default
 
     given = {"workload": workload, "duration": duration, "seed": seed, "seeds": seeds, "dtype": dtype, "stack": stack}
+    if trace is not None and seeds is None:
+        given["seeds"] = 1
     fallback = {"workload": default("workload"), "duration": default("duration"), "seed": default("seed"),
-                "seeds": 1, "dtype": None, "stack": None}
+                "seeds": default("seeds"), "dtype": None, "stack": None}
     return tuple(v if v is not None else spec.plan.get(k, fallback[k]) for k, v in given.items())
 
 
@@ -186,7 +188,8 @@ def check_cmd(
     """
     spec = _load_spec(cluster_file, machines_file, model)
     rps = rps if rps is not None or trace is not None or "rps" not in spec.plan else f"{spec.plan['rps']:g}"
-    workload, duration, seed, seeds, dtype, stack = _plan_defaults(spec, workload, duration, seed, seeds, dtype, stack)
+    workload, duration, seed, seeds, dtype, stack = _plan_defaults(spec, workload, duration, seed, seeds, dtype, stack,
+                                                                   trace)
     rates = parse_rates(rps)
     _check_check_options(headroom, rates, trace)
     threshold = check_seeds_margin(seeds, margin)
@@ -509,7 +512,8 @@ def capacity_cmd(
     e.g. `splitwise-plan capacity examples/cluster.toml --seeds 3 --margin 0.1`.
     """
     spec = _load_spec(cluster_file, machines_file, model)
-    workload, duration, seed, seeds, dtype, stack = _plan_defaults(spec, workload, duration, seed, seeds, dtype, stack)
+    workload, duration, seed, seeds, dtype, stack = _plan_defaults(spec, workload, duration, seed, seeds, dtype, stack,
+                                                                   trace)
     _check_capacity_options(precision, start_rps, duration)
     threshold = check_seeds_margin(seeds, margin)
     check_output_options(json_out, csv_out, inputs=input_files(

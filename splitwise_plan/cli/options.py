@@ -197,11 +197,18 @@ def parse_rates(text: Optional[str], flag: str = "--rps") -> Optional[list[float
 
 
 def opt_seeds(from_file: bool = False):
-    """``--seeds`` of the commands that study one cluster: one stream unless asked (the planner's default
-    is its own, see planning/options.py), or a cluster file's."""
-    return typer.Option(None if from_file else 1, "--seeds", metavar="K",
+    """``--seeds`` of the commands that study one cluster: None, the plan's confirmation's (planning/options.py)
+    where a generated stream is simulated (see :func:`seeds_of`), or a cluster file's."""
+    return typer.Option(None, "--seeds", metavar="K",
                         help="Simulate K streams (seeds seed..seed+K-1); the verdict is their worst."
-                             + (f"{FROM_FILE}1." if from_file else ""))
+                             + (f"{FROM_FILE}{default('seeds')}, as the plan confirms." if from_file
+                                else f" Default {default('seeds')}, as the plan confirms (1 with --trace or "
+                                     "--requests)."))
+
+
+def seeds_of(seeds, one_stream: bool) -> int:
+    """``--seeds`` as given, else the plan's default, or 1 where the run is one stream (a trace, a --requests file)."""
+    return seeds if seeds is not None else 1 if one_stream else default("seeds")
 
 
 def opt_margin():

@@ -51,6 +51,7 @@ from splitwise_plan.cli.options import (
     opt_rps,
     opt_seed,
     opt_seeds,
+    seeds_of,
     opt_slo,
     opt_stack,
     opt_tp,
@@ -125,7 +126,7 @@ def simulate_cmd(
     trace: Optional[Path] = opt_trace(),
     duration: float = opt_duration(),
     seed: int = opt_seed(),
-    seeds: int = opt_seeds(),
+    seeds: Optional[int] = opt_seeds(),
     margin: float = opt_margin(),
     slo: Optional[Path] = opt_slo(),
     machines_file: Optional[Path] = opt_machines_file(),
@@ -152,6 +153,7 @@ def simulate_cmd(
     d = get_design(design)
     n_prompt, n_token = resolve_counts(d, prompt, token, machines)
     rates = parse_rates(rps)
+    seeds = seeds_of(seeds, trace is not None or requests_out is not None)
     threshold = check_seeds_margin(seeds, margin)
     if requests_out is not None and (len(rates or [None]) > 1 or seeds > 1):
         raise SplitwisePlanError("--requests writes the requests of one run: give one --rps rate and --seeds 1")
