@@ -51,7 +51,6 @@ from splitwise_plan.cli.options import (
     opt_rps,
     opt_seed,
     opt_seeds,
-    seeds_of,
     opt_slo,
     opt_stack,
     opt_tp,
@@ -59,6 +58,7 @@ from splitwise_plan.cli.options import (
     opt_transfer,
     opt_workload,
     parse_rates,
+    seeds_of,
 )
 from splitwise_plan.cli.output import check_output_options, input_files, note, print_json, stdout_taken
 from splitwise_plan.cli.progress import progress
