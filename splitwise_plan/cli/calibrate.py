@@ -56,7 +56,7 @@ def calibrate_cmd(
     if seeds < 1:
         raise SplitwisePlanError(f"--seeds must be at least 1, got {seeds}")
     bench = read_serving_benchmark(result, line)
-    spec = get_model(_model_name(model, result), dtype=dtype)
+    spec = get_model(_model_name(model, bench), dtype=dtype)
     catalog = load_machines(machines_file)
     m = machine_by_name(catalog, machine)
     ps = load_profiles(profiles)
@@ -75,19 +75,17 @@ def calibrate_cmd(
         note(f"wrote {json_out}", False)
 
 
-def _model_name(model: Optional[str], result: Path) -> str:
-    """``--model``, or the file's ``model_id`` where it names a built-in model; else a one-line error."""
+def _model_name(model: Optional[str], bench) -> str:
+    """``--model``, or the benchmark's ``model_id`` where it names a built-in model; else a one-line error."""
+    from splitwise_plan.inputs.models import get_model
+
     if model is not None:
         return model
-    import json
-
-    from splitwise_plan.inputs.models import get_model
-    try:   # meta-llama/Llama-3.1-70B-Instruct: llama-3.1-70b
-        name = str(json.loads(Path(result).read_text(encoding="utf-8"))["model_id"])
-        name = name.rsplit("/", 1)[-1].lower().removesuffix("-instruct")
+    name = (bench.model_id or "").rsplit("/", 1)[-1].lower().removesuffix("-instruct")   # Llama-3.1-70B-Instruct
+    try:
         return get_model(name).name
-    except Exception:   # not one JSON object, no model_id, or not a built-in name
-        raise SplitwisePlanError(f"give --model: {result} names no built-in model (see `splitwise-plan models`)") \
+    except SplitwisePlanError:
+        raise SplitwisePlanError(f"give --model: {bench.path} names no built-in model (see `splitwise-plan models`)") \
             from None
 
 

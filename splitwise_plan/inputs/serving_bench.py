@@ -50,6 +50,7 @@ class ServingBenchmark:
     lengths: tuple = ("fixed",)
     run: str = ""
     left_out: tuple = ()   # metrics the file reports that the simulator has no counterpart of (ITL)
+    model_id: str | None = None   # the model the file says was served (vLLM's model_id), if it does
 
     def describe(self) -> str:
         """One line: the tool, the rate and the requests."""
@@ -132,7 +133,8 @@ def _benchmark(p: Path, where: str, run: dict, tool: str, label: str) -> Serving
         ins = outs = None
     return ServingBenchmark(p, tool, _number(where, {"request_rate": rate}, "request_rate"),
                             _number(where, run, "burstiness", default=1.0), completed, mean_in, mean_out, latency,
-                            ins, outs, _drawn_lengths(run, tool), label, tuple(sorted(left_out)))
+                            ins, outs, _drawn_lengths(run, tool), label, tuple(sorted(left_out)),
+                            run.get("model_id") if isinstance(run.get("model_id"), str) else None)
 
 
 def _lengths(where: str, values: list, key: str) -> tuple:
