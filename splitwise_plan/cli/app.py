@@ -192,7 +192,7 @@ def console(stderr: bool = False) -> Console:
     80-column squeeze when it is not a terminal."""
     c = _Console(highlight=False, stderr=stderr)
     if not c.is_terminal:
-        c = _Console(highlight=False, stderr=stderr, width=max(c.width, 160))
+        c = _Console(highlight=False, stderr=stderr, width=max(c.width, 180))
     return c
 
 

@@ -59,6 +59,8 @@ def root(
     seed: int = _root_option("seed"),
     seeds: int = _root_option("seeds", metavar="K"),
     margin: float = _root_option("margin", metavar="M"),
+    headroom: float = _root_option("headroom", metavar="H"),
+    latency_error: Optional[float] = _root_option("latency_error", metavar="F"),
     tp: Optional[str] = _root_option("tp", metavar="N|P:T|auto"),
     jobs: int = _root_option("jobs", "-j"),
     strategy: str = _root_option("strategy"),
@@ -106,10 +108,14 @@ def root(
         machines_file=str(machines_file) if machines_file else None, profiles=str(profiles) if profiles else None,
         designs=designs, duration=duration, seed=seed, seeds=seeds, jobs=jobs, tp=tp, strategy=strategy,
         search_method=search_method, confirm_method=confirm_method, margin=margin, storage=storage, study=study,
-        transfer=transfer, bandwidth=bandwidth) for rate in rates]   # every rate's request checked before any runs
-    answered = [_plan_and_report(req, *(_per_rate(out, req.rps, len(reqs)) for out in (json_out, csv_out, plot)),
-                                 quiet, _per_rate(cluster_out, req.rps, len(reqs))) for req in reqs]
-    if not all(answered):   # the worst of the rates: no design meets the goal at one of them
+        transfer=transfer, bandwidth=bandwidth, headroom=headroom, latency_error=latency_error)
+        for rate in rates]   # every rate's request checked before any runs
+    results = [_plan_and_report(req, *(_per_rate(out, req.rps, len(reqs)) for out in (json_out, csv_out, plot)),
+                                quiet, _per_rate(cluster_out, req.rps, len(reqs))) for req in reqs]
+    if len(results) > 1 and json_out != STDOUT:
+        from splitwise_plan.report.plan import rates_table
+        console(stderr=stdout_taken(json_out, csv_out, plot)).print(rates_table(results))
+    if not all(r.winner is not None for r in results):   # the worst of the rates: no design meets the goal at one
         raise typer.Exit(code=EXIT_NO_ANSWER)
 
 
@@ -124,9 +130,9 @@ def _per_rate(path, rate: Optional[float], n: int):
 
 
 def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot: Optional[Path],
-                     quiet: bool, cluster_out: Optional[Path] = None) -> bool:
-    """Run the planner with a progress bar (per finished design), then write the reports and the table;
-    whether a design meets the goal (the plan has a winner)."""
+                     quiet: bool, cluster_out: Optional[Path] = None):
+    """Run the planner with a progress bar (per finished design), then write the reports and the table; the
+    plan's result."""
     from splitwise_plan.cli.progress import progress
     from splitwise_plan.planning import plan, planned_designs
     from splitwise_plan.report.checkpoint import plan_cache_dir, stopped_note
@@ -173,7 +179,7 @@ def _plan_and_report(req, json_out: Optional[str], csv_out: Optional[Path], plot
         render(result, console(stderr=stdout_taken(json_out, csv_out, plot)))
     for path in written:
         note(f"wrote {path}", quiet)
-    return result.winner is not None
+    return result
 
 
 def _plan_checkpoint(req, names: tuple, *outputs, quiet: bool) -> tuple:

@@ -63,7 +63,7 @@ from splitwise_plan.cli.options import (
 from splitwise_plan.cli.output import check_output_options, input_files, note, print_json, stdout_taken
 from splitwise_plan.cli.progress import progress
 from splitwise_plan.errors import SplitwisePlanError, plural
-from splitwise_plan.inputs.designs import Design, get_design
+from splitwise_plan.inputs.designs import Design, display_name, get_design
 from splitwise_plan.report.formats import machine_counts
 
 MAX_GRID_POINTS = 200_000
@@ -101,7 +101,7 @@ def result_table(result, slos, title: str, caption: str = "") -> Table:
 
 
 def _counts_label(result) -> str:
-    return f"{result.design}, {machine_counts(result.prompt_machines, result.token_machines)}"
+    return f"{display_name(result.design)}, {machine_counts(result.prompt_machines, result.token_machines)}"
 
 
 def _slo_verdict(result, n_slos: int) -> str:
@@ -200,7 +200,7 @@ def _simulate_rate(base, d: Design, n_prompt: int, n_token: int, rate: Optional[
         sim = inp.simulator()
         if not done:
             fluid_caution(sim, d)
-        what = f"simulating {d.name}" + (f" at {rate:g} req/s" if rate is not None and seeds == 1 else "") + (
+        what = f"simulating {display_name(d)}" + (f" at {rate:g} req/s" if rate is not None and seeds == 1 else "") + (
             f" at {rate:g} req/s, seed {inp.seed}" if seeds > 1 else "")
         with arrivals_bar(inp, what, quiet) as on_arrivals:
             out = sim.run_requests(d, n_prompt, n_token, on_arrivals=on_arrivals)
@@ -283,7 +283,7 @@ def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool 
              label: str = "sweep", jobs: int = 1, on_results=None) -> list:
     """Evaluate design points with ``run_many`` (over ``jobs`` processes), with a progress bar
     that moves as each part of fluid runs, oracle run or worker's part is done (``on_results`` gets its results)."""
-    with progress(len(points), f"{label} {design.name} ({sim.method})", quiet=quiet) as bar:
+    with progress(len(points), f"{label} {display_name(design)} ({sim.method})", quiet=quiet) as bar:
         return sim.run_many(design, points, jobs=max(1, jobs), progress=bar.advance, on_results=on_results)
 
 
@@ -441,7 +441,7 @@ def _write_sweep_reports(inp, d: Design, results: list, summary: dict, *, json_o
     if csv_out is not None:
         write_csv(csv_out, [inp.csv_row(r) for r in results])
     if plot is not None:
-        write_plot(plot, sweep=results, title=f"{d.name} design space, {inp.describe()}")
+        write_plot(plot, sweep=results, title=f"{display_name(d)} design space, {inp.describe()}")
     doc = build_report("sweep", inp.report(d), results, sweep=summary) if json_out is not None else None
     if json_out not in (None, STDOUT):
         write_json(json_out, doc)
@@ -452,7 +452,7 @@ def _print_sweep(c, inp, d: Design, results: list, summary: dict) -> None:
     """The table of the cheapest passing design points (at most 10), or that none passes."""
     from splitwise_plan.report.plots import design_point, rank_key
 
-    table = Table(title=f"Sweep of {d.name}: {len(results):,} design points, {summary['passing']:,} hold all SLOs")
+    table = Table(title=f"Sweep of {display_name(d)}: {len(results):,} design points, {summary['passing']:,} hold all SLOs")
     cost_unit, power_unit = _design_units(inp, d)
     for col in ("prompt", "token", "machines", f"cost\n{cost_unit}", f"power\n{power_unit}", "tightest SLO",
                 "value / limit", "holds"):

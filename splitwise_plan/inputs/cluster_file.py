@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Mapping
 
 from splitwise_plan.errors import SplitwisePlanError, by_name, choices
-from splitwise_plan.inputs.designs import Design, get_design, parse_tp, pool_size
+from splitwise_plan.inputs.designs import Design, display_name, get_design, parse_tp, pool_size
 from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine
 from splitwise_plan.inputs.models import BUILTIN_MODELS
 from splitwise_plan.inputs.paths import read_toml, user_file
@@ -74,11 +74,11 @@ class ClusterSpec:
 
     @property
     def label(self) -> str:
-        """Short description like ``splitwise-hh 27P+3T (dgx-h100/dgx-h100)``."""
+        """Short description like ``Splitwise-HH (H100:H100) 27P+3T``, ``Baseline-H100 x40``."""
         d = self.design
         if d.is_baseline:
-            return f"{d.name} x{self.prompt_machines} ({d.prompt_machine})"
-        return f"{d.name} {self.prompt_machines}P+{self.token_machines}T ({d.prompt_machine}/{d.token_machine})"
+            return f"{display_name(d)} x{self.prompt_machines}"
+        return f"{display_name(d)} {self.prompt_machines}P+{self.token_machines}T"
 
     def to_dict(self) -> dict:
         d = self.design

@@ -136,6 +136,33 @@ def get_design(name: str) -> Design:
                              "catalog as PROMPT:TOKEN (Splitwise) or baseline:MACHINE")
 
 
+#: The paper's designs as reports name them: its own name, then its pools' machines.
+_PAPER_LABELS = {"splitwise-aa": "Splitwise-AA", "splitwise-hh": "Splitwise-HH", "splitwise-ha": "Splitwise-HA",
+                 "splitwise-hhcap": "Splitwise-HHcap", "baseline-a100": "Baseline-A100", "baseline-h100": "Baseline-H100"}
+#: The built-in machines by the GPU name reports give them (the reverse of SHORT_NAMES)
+_MACHINE_LABELS = {"dgx-a100": "A100", "dgx-h100": "H100", "dgx-h100-cap": "H100cap", "dgx-h200": "H200",
+                   "dgx-b200": "B200", "dgx-b300": "B300", "gb200-8": "GB200", "mi300x-8": "MI300X", "l40s-8": "L40S"}
+
+
+def machine_label(name: str) -> str:
+    """A machine type as reports name it: ``H200`` for the built-in ``dgx-h200`` (or ``h200``), else its own name."""
+    key = str(name).lower()
+    return _MACHINE_LABELS.get(SHORT_NAMES.get(key, key), str(name))
+
+
+def display_name(design) -> str:
+    """The one name reports give a design: ``Splitwise-HH (H100:H100)``, ``Baseline-A100``, ``H100:H200``,
+    ``Baseline-B200``; with its TPs where it fixes them: ``H200:H200 TP2``, ``Splitwise-HH (H100:H100) TP2:4``."""
+    d = get_design(design)
+    base = base_design(d)
+    pools = ":".join(machine_label(m) for m in base.machines)
+    if base.name in _PAPER_LABELS:
+        name = _PAPER_LABELS[base.name] + ("" if base.is_baseline else f" ({pools})")
+    else:
+        name = f"Baseline-{pools}" if base.is_baseline else pools
+    return name if d.tp is None else f"{name} TP{tp_label(d.tp, d.is_baseline)}"
+
+
 #: Machines a pool may have: far beyond any inference fleet, and small enough that a
 #: simulation's per-machine arrays stay within memory.
 MAX_POOL = 10_000

@@ -121,10 +121,24 @@ class Machine:
 PAPER_COST_RATIO = 4.76 / 2.21
 #: The paper caps the power of its power-capped (token) DGX-H100 machines at 70% of rated power.
 PAPER_POWER_CAP = 0.7
-#: AWS p4de.24xlarge (8x A100 80GB) on-demand list price, us-east-1, USD per hour.
-A100_USD_PER_HOUR = 40.97
-#: The DGX H100's price: the A100's at the paper's cost ratio.
-H100_USD_PER_HOUR = A100_USD_PER_HOUR * PAPER_COST_RATIO
+#: AWS on-demand list prices, USD per machine-hour, us-east-1 unless said, as the AWS price list gave them in
+#: 2026 (after AWS's June 2025 cut of P4 and P5 prices): p5.48xlarge (8x H100) 55.04 and p4de.24xlarge (8x A100
+#: 80GB) 27.44705 as retrieved 2026-11-09 (datareceipts/data-receipts, 109-gpu-pricing/hyperscalers.json);
+#: p5en.48xlarge (8x H200) 63.296 as listed 2026-08-06 (dstackai/dstack PR 4110); p6-b200.48xlarge (8x B200)
+#: 113.9328, p6-b300.48xlarge (8x B300, us-west-2) 142.416 and g6e.48xlarge (8x L40S) 30.13118 in SkyPilot's
+#: AWS catalog (skypilot-org/skypilot-catalog, catalogs/v8/aws/vms.csv, read 2026-12; built from the AWS price list).
+H100_USD_PER_HOUR = 55.04
+AWS_A100_USD_PER_HOUR = 27.44705
+H200_USD_PER_HOUR = 63.296
+B200_USD_PER_HOUR = 113.9328
+B300_USD_PER_HOUR = 142.416
+L40S_USD_PER_HOUR = 30.13118
+#: Oracle Cloud BM.GPU.MI300X.8 (8x MI300X) on-demand, us-chicago-1, USD per hour (SkyPilot's OCI catalog,
+#: catalogs/v8/oci/vms.csv, read 2026-12).
+MI300X_USD_PER_HOUR = 48.0
+#: The DGX A100's price, an estimate: the H100's at the paper's cost ratio, so that the paper's cheapest designs
+#: stay its answers (25.55 USD/h; AWS's p4de.24xlarge lists 27.45, 7% more).
+A100_USD_PER_HOUR = H100_USD_PER_HOUR / PAPER_COST_RATIO
 #: Maximum system power from the NVIDIA DGX A100, DGX H100, DGX H200 and DGX B200 data sheets, kW.
 A100_KW = 6.5
 H100_KW = 10.2
@@ -146,19 +160,9 @@ L40S_KW = 6.8
 #: An 8x MI300X platform's power, kW, an estimate: 8 GPUs at their 750 W board power (AMD Instinct
 #: MI300X data sheet) and about 4 kW of host (CPUs, memory, NICs, fans), as in a DGX H100's 10.2 kW.
 MI300X_KW = 10.0
-#: The price of one machine per hour relative to the DGX H100's, where no on-demand list price is used.
-#: H200: AWS EC2 Capacity Blocks effective hourly rates, p5e.48xlarge (8x H200) $43.26 to p5.48xlarge
-#: (8x H100) $39.33, US East (Ohio), as AWS listed them before its 2025-01-01 update.
-H200_COST_RATIO = 43.26 / 39.33
-#: B200: the DGX B200's to the DGX H100's maximum system power (14.3 / 10.2 kW); a stated guess.
-B200_COST_RATIO = B200_KW / H100_KW
-#: MI300X: priced as the DGX H100 (ratio 1); a stated guess.
-MI300X_COST_RATIO = 1.0
-#: B300, GB200 slice and L40S server: their (estimated) maximum power to the DGX H100's (14.0, 13.33 and
-#: 6.8 / 10.2 kW), as the B200's; stated guesses (no public on-demand list price used).
-B300_COST_RATIO = B300_KW / H100_KW
+#: GB200: AWS sells its P6e-GB200 UltraServers by Capacity Blocks only (no on-demand price): an 8-GPU slice is
+#: priced at its estimated power to the DGX H100's (13.33 / 10.2 kW); a stated guess.
 GB200_COST_RATIO = GB200_KW / H100_KW
-L40S_COST_RATIO = L40S_KW / H100_KW
 #: Data sheets of the GPUs, per GPU: HBM TB/s, dense bf16 and fp8 TFLOPS (the sheets' "with sparsity"
 #: numbers halved), GPU-to-GPU GB/s within the machine (both directions, as NVIDIA gives NVLink's).
 A100_SHEET = {"hbm_bandwidth_tbps": 2.039, "bf16_tflops": 312.0, "fp8_tflops": None, "interconnect_gbps": 600.0}
@@ -180,12 +184,14 @@ GB = 10**9
 BUILTIN_MACHINES: dict[str, Machine] = {
     "dgx-a100": Machine(
         "dgx-a100", "a100-80gb", 8, 80 * GIB, cost=A100_USD_PER_HOUR, power=A100_KW, **A100_SHEET,
-        source="cost: AWS p4de.24xlarge (8x A100 80GB) on-demand list price, us-east-1; "
+        source="cost: an estimate, the DGX H100's list price / (4.76/2.21), the Splitwise paper's H100:A100 cost "
+               "ratio, which keeps the paper's answers (AWS p4de.24xlarge lists 27.45 USD/h on demand, us-east-1, "
+               "2026-11-09); "
                "power: NVIDIA DGX A100 data sheet, max system power; GPU: NVIDIA A100 80GB SXM data sheet "
                "(2.039 TB/s, 312 dense bf16 TFLOPS, no fp8, NVLink 600 GB/s)"),
     "dgx-h100": Machine(
         "dgx-h100", "h100-80gb", 8, 80 * GIB, cost=H100_USD_PER_HOUR, power=H100_KW, **H100_SHEET,
-        source="cost: the DGX A100's x 4.76/2.21, the Splitwise paper's H100:A100 cost ratio; "
+        source="cost: list price, AWS p5.48xlarge (8x H100) on demand, us-east-1, as of 2026-11-09; "
                "power: NVIDIA DGX H100 data sheet, max system power; GPU: NVIDIA H100 SXM data sheet "
                "(3.35 TB/s, 989 dense bf16 and 1979 dense fp8 TFLOPS, NVLink 900 GB/s)"),
     "dgx-h100-cap": Machine(
@@ -195,24 +201,23 @@ BUILTIN_MACHINES: dict[str, Machine] = {
                "power: 70% of the DGX H100's, the Splitwise paper's power cap; GPU: the NVIDIA H100 SXM "
                "data sheet's, as the DGX H100's"),
     "dgx-h200": Machine(
-        "dgx-h200", "h200-141gb", 8, 141 * GB, cost=H100_USD_PER_HOUR * H200_COST_RATIO, power=H200_KW,
+        "dgx-h200", "h200-141gb", 8, 141 * GB, cost=H200_USD_PER_HOUR, power=H200_KW,
         **H200_SHEET,
-        source="cost: an estimate, the DGX H100's x 43.26/39.33, the ratio of AWS EC2 Capacity Blocks rates "
-               "of p5e.48xlarge (8x H200) to p5.48xlarge (8x H100), US East (Ohio); "
+        source="cost: list price, AWS p5en.48xlarge (8x H200) on demand, us-east-1, as of 2026-08-06; "
                "power: NVIDIA DGX H200 data sheet, max system power; GPU: NVIDIA H200 SXM data sheet "
                "(141 GB HBM3e, 4.8 TB/s, 989 dense bf16 and 1979 dense fp8 TFLOPS, NVLink 900 GB/s)"),
     "dgx-b200": Machine(
-        "dgx-b200", "b200-180gb", 8, 180 * GB, cost=H100_USD_PER_HOUR * B200_COST_RATIO, power=B200_KW,
+        "dgx-b200", "b200-180gb", 8, 180 * GB, cost=B200_USD_PER_HOUR, power=B200_KW,
         **B200_SHEET,
-        source="cost: an estimate, the DGX H100's x 14.3/10.2, the DGX B200:DGX H100 max-power ratio "
-               "(no public on-demand list price used); power: NVIDIA DGX B200 data sheet, max system power "
+        source="cost: list price, AWS p6-b200.48xlarge (8x B200) on demand, us-east-1 (SkyPilot's AWS catalog, "
+               "read 2026-12); power: NVIDIA DGX B200 data sheet, max system power "
                "(about 14.3 kW); GPU: NVIDIA DGX B200 and HGX B200 data sheets (1,440 GB HBM3e in all, "
                "8 TB/s, 2250 dense bf16 and 4500 dense fp8 TFLOPS, NVLink 1800 GB/s)"),
     "dgx-b300": Machine(
-        "dgx-b300", "b300-288gb", 8, 288 * GB, cost=H100_USD_PER_HOUR * B300_COST_RATIO, power=B300_KW,
+        "dgx-b300", "b300-288gb", 8, 288 * GB, cost=B300_USD_PER_HOUR, power=B300_KW,
         **B300_SHEET,
-        source="cost: an estimate, the DGX H100's x 14.0/10.2, the DGX B300:DGX H100 max-power ratio "
-               "(no public on-demand list price used); power: NVIDIA DGX B300 data sheet, max system power "
+        source="cost: list price, AWS p6-b300.48xlarge (8x B300) on demand, us-west-2 (SkyPilot's AWS catalog, "
+               "read 2026-12); power: NVIDIA DGX B300 data sheet, max system power "
                "(about 14 kW); GPU: NVIDIA Blackwell Ultra (B300) data sheet as aiconfigurator-core's b300_sxm "
                "system quotes it (288 GB HBM3e, 7.75 TB/s = 62 TB/s in all / 8, 2250 dense bf16 and 4500 dense "
                "fp8 TFLOPS, NVLink 1800 GB/s)"),
@@ -220,23 +225,24 @@ BUILTIN_MACHINES: dict[str, Machine] = {
         "gb200-8", "gb200-186gb", 8, 186 * GB, cost=H100_USD_PER_HOUR * GB200_COST_RATIO, power=GB200_KW,
         **GB200_SHEET,
         source="8 GPUs (2 compute trays of 4) of a GB200 NVL72 rack; cost: an estimate, the DGX H100's x "
-               "13.33/10.2, the slice's estimated power to the DGX H100's max power (no public on-demand list "
-               "price used); power: an estimate, the NVL72 rack's about 120 kW (NVIDIA and vendors give 120 to "
+               "13.33/10.2, the slice's estimated power to the DGX H100's max power (AWS sells GB200 by Capacity "
+               "Blocks only: no on-demand list price); power: an estimate, the NVL72 rack's about 120 kW (NVIDIA and vendors give 120 to "
                "132 kW) / 9 slices of 8 GPUs = 13.33 kW; GPU: NVIDIA GB200 NVL72 data sheet (13.4 TB HBM3e "
                "per 72 GPUs: 186 GB each) and NVIDIA Blackwell data sheet as aiconfigurator-core's gb200 system "
                "quotes it (8 TB/s, 2500 dense bf16 and 5000 dense fp8 TFLOPS, NVLink 1800 GB/s)"),
     "mi300x-8": Machine(
-        "mi300x-8", "mi300x-192gb", 8, 192 * GB, cost=H100_USD_PER_HOUR * MI300X_COST_RATIO, power=MI300X_KW,
+        "mi300x-8", "mi300x-192gb", 8, 192 * GB, cost=MI300X_USD_PER_HOUR, power=MI300X_KW,
         **MI300X_SHEET,
-        source="cost: an estimate, the DGX H100's (ratio 1.0; no public on-demand list price used); "
+        source="cost: list price, Oracle Cloud BM.GPU.MI300X.8 on demand, us-chicago-1 (SkyPilot's OCI catalog, "
+               "read 2026-12); "
                "power: an estimate, 8x 750 W GPU board power (AMD Instinct MI300X data sheet) plus about "
                "4 kW of host; GPU: AMD Instinct MI300X data sheet (192 GB HBM3, 5.3 TB/s, 1307 dense "
                "bf16 and 2615 dense fp8 TFLOPS, Infinity Fabric 7 links x 128 GB/s = 896 GB/s)"),
     "l40s-8": Machine(
-        "l40s-8", "l40s-48gb", 8, 48 * GB, cost=H100_USD_PER_HOUR * L40S_COST_RATIO, power=L40S_KW,
+        "l40s-8", "l40s-48gb", 8, 48 * GB, cost=L40S_USD_PER_HOUR, power=L40S_KW,
         **L40S_SHEET,
-        source="an 8x L40S PCIe server; cost: an estimate, the DGX H100's x 6.8/10.2, the estimated max-power "
-               "ratio (no public on-demand list price used); power: an estimate, 8x 350 W GPU board power "
+        source="an 8x L40S PCIe server; cost: list price, AWS g6e.48xlarge (8x L40S) on demand, us-east-1 "
+               "(SkyPilot's AWS catalog, read 2026-12); power: an estimate, 8x 350 W GPU board power "
                "(NVIDIA L40S data sheet) plus about 4 kW of host; GPU: NVIDIA L40S data sheet as "
                "aiconfigurator-core's l40s system quotes it (48 GB GDDR6, 864 GB/s, 362.05 dense bf16 and 733 "
                "dense fp8 TFLOPS; no NVLink: PCIe Gen4 x16, 32 GB/s each way = 64 GB/s)"),

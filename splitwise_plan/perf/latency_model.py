@@ -12,7 +12,7 @@ more (the measured profiles have no context: their ``kv_s_per_token`` is 0).
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -120,6 +120,16 @@ class LatencyModel:
         if prompt_tokens <= 0:
             return self.token.at(float(n_decode))
         return MIXED_BATCH_FACTOR * self.prompt.at(float(prompt_tokens + n_decode))
+
+    def slowed(self, prompt: float = 0.0, decode: float = 0.0) -> "LatencyModel":
+        """The same machine with every prompt batch ``prompt`` (a fraction: 0.2 is 20%) and every decode step
+        ``decode`` slower (its growth with the context too): what a latency error band asks a plan to hold at.
+        A mixed batch (a baseline's) is timed by the prompt curve, so it takes the prompt's share."""
+        if not prompt and not decode:
+            return self
+        return replace(self, prompt=PhaseCurve(self.prompt.xs, self.prompt.ys * (1.0 + prompt)),
+                       token=PhaseCurve(self.token.xs, self.token.ys * (1.0 + decode)),
+                       kv_s_per_token=self.kv_s_per_token * (1.0 + decode))
 
     @classmethod
     def from_medians(cls, model: str, hardware: str, tensor_parallel: int,

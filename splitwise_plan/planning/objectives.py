@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from splitwise_plan.inputs.designs import MAX_POOL, Design, get_design
+from splitwise_plan.inputs.designs import MAX_POOL, Design, display_name, get_design
 from splitwise_plan.planning.request import Inputs, PlanRequest
 from splitwise_plan.planning.result import DesignPlan
 
@@ -95,7 +95,7 @@ def gain_text(winner: DesignPlan, other: DesignPlan, goal: str) -> str:
     else:
         head = "same throughput"
     first, second = ("power", "cost") if goal == "min-power" else ("cost", "power")
-    return (f"{winner.design} vs {other.design}: {head} at {_pct(getattr(winner, first), getattr(other, first), first)}"
+    return (f"{display_name(winner.design)} vs {display_name(other.design)}: {head} at {_pct(getattr(winner, first), getattr(other, first), first)}"
             f" and {_pct(getattr(winner, second), getattr(other, second), second)}")
 
 

@@ -30,10 +30,10 @@ PLAN_OPTIONS: dict[str, Option] = {
     "budget_power": Option(None, "Power budget: machines, e.g. 40xH100, or a number in the machine catalog's units "
                                  "(a DGX-H100 is 10.2 kW; see `splitwise-plan machines`) (max-throughput)."),
     "budget_cost": Option(None, "Cost budget: machines, e.g. 40xH100, or a number in the machine catalog's units "
-                                "(a DGX-H100 is 88.24 USD/h; see `splitwise-plan machines`) (max-throughput)."),
+                                "(a DGX-H100 is 55.04 USD/h; see `splitwise-plan machines`) (max-throughput)."),
     "model": Option("bloom-176b", "Model: a built-in name (bloom-176b, llama2-70b, llama-3.1-8b/70b/405b, "
-                                  "qwen2.5-72b, mistral-large-2; see `splitwise-plan models`) or a Hugging Face "
-                                  "config.json (or its folder). Dense models only."),
+                                  "qwen2.5-72b, mistral-large-2, the mixtures of experts qwen3-30b-a3b, deepseek-v3 ...; see "
+                                  "`splitwise-plan models`) or a Hugging Face config.json (or its folder)."),
     "dtype": Option(None, "Precision of the model's weights: bf16 or fp8 (default: the model's own)."),
     "stack": Option(None, "Serving stack of the latencies estimated from data sheets (where no profile measured the "
                           "model on a GPU): paper-2023 (the paper's, fitted on the shipped profiles; alias default), "
@@ -64,6 +64,11 @@ PLAN_OPTIONS: dict[str, Option] = {
     "confirm_method": Option("events", "Confirming simulator: events or fluid."),
     "margin": Option(0.0, "Hold every SLO with this margin: the tightest SLO's value/limit below 1 - margin, in the "
                           "search and the confirmation."),
+    "headroom": Option(0.0, "Load headroom: hold every SLO at --rps x (1 + H), as `check --headroom` does (0.2: 20% more "
+                            "load). Costs per token stay at --rps."),
+    "latency_error": Option(None, "Check the answer with every phase's latencies this much slower (0.2: 20%), on every "
+                                  "machine. Default: each estimated machine's held-out P90 error per phase (as "
+                                  "`splitwise-plan profiles` prints it); measured latencies none."),
     "transfer": Option("serialized", "KV-cache transfer from prompt to token machine: after the prompt (serialized, "
                                      "the reference's default) or layer by layer during it (layerwise, ~90% hidden)."),
     "bandwidth": Option(200.0, "KV-cache transfer bandwidth between two machines, GiB/s (the reference's 200; 12.5 "

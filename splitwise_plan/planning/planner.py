@@ -33,13 +33,16 @@ from splitwise_plan.inputs.designs import MAX_POOL, base_design, get_design, wit
 from splitwise_plan.inputs.models import get_model
 from splitwise_plan.perf.sources import latency_sources, stack_label
 from splitwise_plan.planning import tp
+from splitwise_plan.planning.alternative import robust_alternative
 from splitwise_plan.planning.budget import plan_budget
 from splitwise_plan.planning.confirm import Confirmer, OverSeeds, Pool
+from splitwise_plan.planning.explain import searched_text
 from splitwise_plan.planning.iso import plan_iso
 from splitwise_plan.planning.memo import Memo
 from splitwise_plan.planning.objectives import gains, rank_key, tightest_ratio
 from splitwise_plan.planning.request import AUTO, Inputs, PlanRequest, input_label, pool_tps
 from splitwise_plan.planning.result import DesignPlan, PlanResult
+from splitwise_plan.planning.sureness import sureness
 from splitwise_plan.search import WAKE_S, Lockstep
 from splitwise_plan.sim.simulator import cpu_cores, starting_workers
 
@@ -172,6 +175,9 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, me
     t0 = time.perf_counter()
     req, done = _request_of(request, on_design, done, kwargs)
     method = req.resolved_search_method()
+    given = req
+    if req.headroom:   # every SLO held at the rate with its load headroom; the report keeps the rate asked
+        req = replace(req, rps=req.planned_rps, headroom=0.0)
     asked = req
     if req.tp == AUTO:   # every design at each TP it fits: each a design of its own (see planning/tp.py)
         req = replace(req, designs=planned_designs(req))
@@ -196,9 +202,35 @@ def plan(request: PlanRequest | None = None, /, *, on_design=None, done=None, me
     ranked = tuple(sorted(plans, key=rank_key(req.goal)))
     winner = ranked[0] if ranked and ranked[0].status == "ok" else None
     stress = _at_higher_rate(inputs, req, winner, on_step) if winner is not None else None
-    return PlanResult(req, ranked, winner.design if winner else None, gains(ranked, winner, req.goal),
-                      method, time.perf_counter() - t0, inputs=inputs_block(req, inputs, method, [p.design for p in plans]),
-                      stress=stress)
+    sure, rival = _judged(inputs, req, ranked, winner, stress, method, on_step)
+    return PlanResult(replace(given, designs=req.designs), ranked, winner.design if winner else None,
+                      gains(ranked, winner, req.goal), method, time.perf_counter() - t0,
+                      inputs=inputs_block(req, inputs, method, [p.design for p in plans]), stress=stress,
+                      sureness=sure, alternative=rival, output_tokens=_mean_output(inputs),
+                      gpus={m: inputs.machines[m].gpus for p in plans for m in get_design(p.design).machines})
+
+
+def _mean_output(inputs: Inputs) -> float:
+    """The mean output tokens of a request: of the trace replayed, else of the workload's sizes."""
+    sizes = inputs.trace if inputs.trace is not None else inputs.workload
+    return float(sizes.output_tokens.mean())
+
+
+def _judged(inputs: Inputs, req: PlanRequest, ranked: tuple, winner, stress, method: str, say) -> tuple:
+    """(how sure the answer is, its robust alternative): see planning/sureness.py and planning/alternative.py."""
+    def confirm(inp, design, point, rate):
+        held, worst, _ = Confirmer(inp, req, req.confirm_method, say=say)(design, point, rate)
+        return held, worst
+
+    def replan(inp, names):
+        got: dict = {}
+        _run(inp, replace(req, designs=tuple(names)), list(names), method, lambda p: got.__setitem__(p.design, p),
+             None, say)
+        return got
+
+    sure = sureness(inputs, req, ranked, winner, replan, confirm, say)
+    rival = robust_alternative(req, ranked, winner, stress, lambda *a: confirm(inputs, *a))
+    return sure, rival
 
 
 def planned_designs(req: PlanRequest) -> tuple[str, ...]:
@@ -456,6 +488,11 @@ def inputs_block(req: PlanRequest, inputs: Inputs, search_method: str, planned: 
         extra["budget"] = {"objective": req.objective, "amount": round(amount, 9)}
     if stack_label(inputs.stack, inputs.stack_why):
         extra["stack"] = stack_label(inputs.stack, inputs.stack_why)
+    # each simulator's role in words (``method`` and ``confirm_method`` keep their names: fluid, events)
+    extra["simulators"] = {"search": {"method": search_method, "name": searched_text(search_method),
+                                      "role": "searches the machine counts"},
+                           "confirm": {"method": req.confirm_method, "name": searched_text(req.confirm_method),
+                                       "role": "confirms every answer: the reported results are its"}}
     return _inputs(model=req.model, tensor_parallel=req.tp, workload=input_label(workload),
                    trace=input_label(req.trace), rate=rate, duration_s=duration, seed=seed, requests=requests,
                    slo_file=input_label(req.slos), slos=inputs.slos, machines_file=input_label(req.machines_file),

@@ -112,6 +112,8 @@ class PlanRequest:
     rate_tol: float = 0.5              # max-throughput: rate resolution, req/s
     limits: tuple = ()                 # ((design, prompt max, token max), ...) overriding the grid
     margin: float = default("margin")  # the search asks the tightest SLO ratio to stay below 1 - margin
+    headroom: float = default("headroom")            # hold the SLOs at rps x (1 + headroom)
+    latency_error: float | None = default("latency_error")   # the sureness check's band (None: each source's)
     max_confirm: int = 8               # candidates the confirm simulator may reject before giving up
     storage: str | None = default("storage")   # Optuna storage URL (sqlite:///plan.db, postgresql://...); None: in memory
     study: str | None = default("study")       # study name prefix, one study PREFIX/SHORT per design
@@ -197,6 +199,7 @@ class PlanRequest:
         fields["margin"] = real_number(self.margin, "margin")
         if not 0 <= fields["margin"] < 1:
             raise SplitwisePlanError(f"margin must be a number in [0, 1), got {self.margin!r}")
+        self._check_headroom(fields)
         _check_limits(self.limits)
         object.__setattr__(self, "limits", tuple(tuple(x) for x in self.limits))   # hashable, equal however given
         for k, v in fields.items():   # a plain int or float stays as given (study names hash the request)
@@ -222,6 +225,26 @@ class PlanRequest:
         object.__setattr__(self, "designs", names)
         if self.storage is not None or self.study is not None:
             check_storage_request(self)
+
+    def _check_headroom(self, fields: dict) -> None:
+        """``headroom`` and ``latency_error``: numbers from 0 (a trace or a budget takes no load headroom)."""
+        fields["headroom"] = real_number(self.headroom, input_name("headroom"))
+        if not 0 <= fields["headroom"] <= 10:
+            raise SplitwisePlanError(f"{input_name('headroom')} must be a number from 0 to 10 (0.2: 20% more load), "
+                                     f"got {self.headroom!r}")
+        if fields["headroom"] and (self.rps is None or self.goal == "max-throughput"):
+            raise SplitwisePlanError(f"{input_name('headroom')} raises the rate of {input_name('rps')}: a trace plays at "
+                                     "its own rate and max-throughput finds its limit; drop it")
+        if self.latency_error is not None:
+            fields["latency_error"] = real_number(self.latency_error, input_name("latency_error"))
+            if not 0 <= fields["latency_error"] <= 10:
+                raise SplitwisePlanError(f"{input_name('latency_error')} must be a number from 0 to 10 (0.2: 20% slower), "
+                                         f"got {self.latency_error!r}")
+
+    @property
+    def planned_rps(self) -> float | None:
+        """The rate every SLO is held at: ``rps`` with its load headroom."""
+        return None if self.rps is None else self.rps * (1.0 + self.headroom)
 
     @property
     def objective(self) -> str:
@@ -338,6 +361,8 @@ class Inputs:
     stack_why: str = ""    # why ``--stack auto`` chose it ('' where the request named it)
     #: {design: the goal's value its answer must beat}: under ``--tp auto``, a TP pair's design's best answer
     ceilings: dict = field(default_factory=dict)
+    #: {GPU: (prompt, decode)}: each phase's latencies that much slower (a sureness check: planning/sureness.py)
+    slower: dict = field(default_factory=dict)
 
     @classmethod
     def load(cls, req: PlanRequest) -> "Inputs":
@@ -404,7 +429,7 @@ class Inputs:
         (only its verdict counts there); ``threads``: designs its fluid batches run side by side."""
         return Simulator(stream, self.model, tensor_parallel=8 if self.tp == AUTO else self.tp, profiles=self.profiles,
                          machines=self.machines, slos=self.slos, scheduler=self.scheduler, method=method,
-                         stop_early=search, threads=threads, stack=self.stack)
+                         stop_early=search, threads=threads, stack=self.stack, slower=self.slower)
 
 
 def _with_estimates(profiles, model, machines: dict, slos, req: PlanRequest, stack):

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from splitwise_plan.errors import SplitwisePlanError
-from splitwise_plan.inputs.designs import get_design
+from splitwise_plan.inputs.designs import display_name, get_design
 from splitwise_plan.planning.request import PlanRequest, input_label, stream_of
 
 
@@ -139,6 +139,10 @@ def json_number(v):
     return v if math.isfinite(v) else None
 
 
+#: Hours a month of a machine's price: 730 (365 days x 24 / 12), as cloud price lists count them.
+HOURS_PER_MONTH = 730
+
+
 @dataclass(frozen=True)
 class PlanResult:
     """All designs ranked by the goal, the winner and its gains over the baselines."""
@@ -154,6 +158,28 @@ class PlanResult:
     #: the winner's verdict at a higher rate (the planner's ``STRESS_FACTOR``): factor, rate_rps, slo_met,
     #: headroom and the worst ``result`` over the streams; None without a winner, or for max-throughput
     stress: dict | None = field(default=None, compare=False, repr=False)
+    #: how sure the answer is (planning/sureness.py): each error band, whether the winner holds and still wins
+    sureness: dict | None = field(default=None, compare=False, repr=False)
+    #: a rival at most 5% dearer that is markedly safer (planning/alternative.py), or None
+    alternative: dict | None = field(default=None, compare=False, repr=False)
+    #: the mean output tokens of a request of the plan's workload or trace (for the cost per million tokens)
+    output_tokens: float | None = field(default=None, compare=False, repr=False)
+    #: {machine type: GPUs it has} of the designs' machines (for the GPUs in all)
+    gpus: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def figures(self, p: DesignPlan) -> dict:
+        """What a buyer compares of an answer: the GPUs in all, the cost per month (``HOURS_PER_MONTH``) and per
+        million output tokens at the plan's rate (max-throughput: the design's), in the catalog's cost unit."""
+        if p.status != "ok" or p.machines == 0:
+            return {"gpus": None, "cost_per_month": None, "cost_per_million_output_tokens": None}
+        d = get_design(p.design)
+        counts = (p.prompt,) if d.is_baseline else (p.prompt, p.token)
+        gpus = sum(n * self.gpus.get(m, 0) for n, m in zip(counts, d.machines)) if self.gpus else None
+        rate = p.rate if self.request.goal == "max-throughput" or self.request.rps is None else self.request.rps
+        tokens_per_hour = (self.output_tokens or math.nan) * rate * 3600.0
+        return {"gpus": gpus, "cost_per_month": json_number(round(p.cost * HOURS_PER_MONTH, 2)),
+                "cost_per_million_output_tokens": json_number(round(p.cost / tokens_per_hour * 1e6, 4))
+                if tokens_per_hour > 0 else None}
 
     @property
     def trace_s(self) -> float | None:
@@ -198,8 +224,13 @@ class PlanResult:
                 "confirm_method": r.confirm_method, "winner": self.winner, "gains": list(self.gains),
                 "evaluations": self.evaluations, "confirmations": self.confirmations,
                 "grid_size": self.grid_size, "seconds": round(self.seconds, 3),
-                "at_higher_rate": self._stress_dict(),
-                "designs": [d.to_dict(rate_bound=r.goal == "max-throughput") for d in self.designs]}
+                "at_higher_rate": self._stress_dict(), "load_headroom": r.headroom,
+                "planned_rps": None if r.planned_rps is None else float(r.planned_rps),
+                "output_tokens_per_request": None if self.output_tokens is None else round(float(self.output_tokens), 3),
+                "winner_figures": self.figures(self.get(self.winner)) if self.winner else None,
+                "sureness": self.sureness, "robust_alternative": self.alternative,
+                "designs": [{**d.to_dict(rate_bound=r.goal == "max-throughput"), "display_name": display_name(d.design),
+                             **self.figures(d)} for d in self.designs]}
 
     def _stress_dict(self) -> dict | None:
         """:attr:`stress` as the JSON report has it."""

@@ -9,6 +9,9 @@ A JSON report is one object::
 duration, seed, SLO file, machine catalog, profiles, method) and ``results`` holds one
 object per evaluated design point in the schema of ``SimulationResult.to_dict``. A key
 holding a request rate ends in ``_rps`` (``rate_rps``, ``checked_rps``, ``capacity_rps``).
+
+A CSV report has one row per result; a cell is empty where a value was not measured (a JSON null:
+None, inf or NaN, such as the latency percentile of requests that never finished).
 """
 
 from __future__ import annotations
@@ -30,13 +33,22 @@ SCHEMA_VERSION = 2
 TOOL_NAME = "splitwise-plan"
 
 
-# --- atomic writing -------------------------------------------------------------
+# --- in words -------------------------------------------------------------------
 
 def machine_counts(prompt: int, token: int) -> str:
     """A design's machines in words: "27 prompt + 3 token machines", or "50 machines" for a baseline."""
     if token:
         return f"{prompt:,} prompt + {plural(token, 'token machine')}"
     return plural(prompt, "machine")
+
+
+def percent(share: float) -> str:
+    """A share as the plan's table shows it: a whole percent ("9%"), one under 2% with a decimal
+    ("0.3%", "1.5%": not a flat 0% or 2%); "n/a" when it is not known (NaN, inf)."""
+    x = float(share)
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x:.1%}" if abs(x) < 0.02 and x != 0 else f"{x:.0%}"
 
 
 # --- JSON -------------------------------------------------------------------------
@@ -89,17 +101,20 @@ def _columns(rows: list[Mapping]) -> list[str]:
 
 
 def _cell(v):
+    """A CSV cell: empty where no value was measured (None, inf, -inf, NaN; numpy's too), so that
+    ``pandas.read_csv`` reads the column as floats with NaN there; finite floats in full (``repr``)."""
     if v is None:
         return ""
     if hasattr(v, "item") and callable(v.item):
         v = v.item()
     if isinstance(v, float):
-        return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
+        return repr(v) if math.isfinite(v) else ""
     return v
 
 
 def csv_text(rows: Iterable[Mapping], columns: list[str] | None = None) -> str:
-    """CSV text with a header and one line per row; missing cells are empty."""
+    """CSV text with a header and one line per row; missing cells and values not measured (inf, NaN)
+    are empty."""
     rows = [dict(r) for r in rows]
     cols = columns or _columns(rows)
     buf = io.StringIO()

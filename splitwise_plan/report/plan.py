@@ -9,10 +9,10 @@ from pathlib import Path
 
 from splitwise_plan import __version__
 from splitwise_plan.errors import SplitwisePlanError, plural
-from splitwise_plan.inputs.designs import get_design
+from splitwise_plan.inputs.designs import display_name, get_design
 from splitwise_plan.planning import Inputs, PlanRequest, PlanResult, input_label, inputs_block, json_number, stream_of
-from splitwise_plan.planning.explain import binding, binding_text, seconds_text, slo_label
-from splitwise_plan.report.formats import machine_counts
+from splitwise_plan.planning.explain import binding, binding_text, searched_text, seconds_text, slo_label
+from splitwise_plan.report.formats import machine_counts, percent
 
 # --- rendering ---------------------------------------------------------------------------
 
@@ -48,7 +48,7 @@ def plan_title(req: PlanRequest, trace_s: float | None = None, budget: float | N
             + ("" if req.scheduler.is_reference else f", {req.scheduler.describe()}"))
 
 
-_TABLE_WIDTH = 165   # columns the ranking table needs to show every number whole
+_TABLE_WIDTH = 180   # columns the ranking table needs to show every number whole
 
 
 def _slo_columns(result: PlanResult) -> tuple[list, str]:
@@ -78,18 +78,18 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
     cols += [f"cost\n{cost_unit}", f"power\n{power_unit}", "vs\nwinner"]
     cols += (["tightest\nSLO"] if compact else
              [f"{m.upper()}\nP{p:g}\n" + _limit_header(limits.get((m, p, u)), u) for m, p, u in slo_cols])
-    cols += ["head-\nroom"] + ["sims"] * (compact < 2)
+    cols += ["head-\nroom"] + [RUNS] * (compact < 2)
     winner = result.get(result.winner) if result.winner is not None else None
     rows = []
     for i, dp in enumerate(result.designs, 1):
-        row = [str(i), dp.design]
-        sims = [f"{dp.evaluations}+{dp.confirmations}"] if cols[-1] == "sims" else []
+        row = [str(i), display_name(dp.design)]
+        sims = [f"{dp.evaluations}+{dp.confirmations}"] if cols[-1] == RUNS else []
         if dp.status == "infeasible" or dp.result is None:
             rows.append(row + ["-"] * (len(cols) - 2 - len(sims)) + sims)
             continue
         r = dp.result
         tight = tuple(r.tightest.get(k) for k in ("metric", "percentile", "unit")) if r.tightest else None
-        row[1] += "" if dp.status == "ok" else " (unconfirmed)"
+        row[1] += "" if dp.status == "ok" else " (not confirmed)"
         row += [str(dp.prompt), str(dp.token) if not get_design(dp.design).is_baseline else "-"]
         if req.goal == "max-throughput":
             row.append(f"{dp.rate:g}")
@@ -102,7 +102,7 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
             elif tight == (m, p, u):
                 cell = f"[bold]{cell}*[/bold]"
             row.append(cell)
-        rows.append(row + [_percent(dp.headroom) if math.isfinite(dp.headroom) else "-"] + sims)   # -: unfinished requests
+        rows.append(row + [percent(dp.headroom) if math.isfinite(dp.headroom) else "-"] + sims)   # -: unfinished requests
     table = Table(title=f"splitwise-plan: {_title(result)}", pad_edge=not compact)
     for k, c in enumerate(cols):
         text = c in ("design", "tightest\nSLO", "vs\nwinner")
@@ -120,13 +120,23 @@ def _ranking_table(result: PlanResult, slo_cols: list, reference: str, compact: 
                 f"--json or --csv have them)")
     else:
         slos += " (* tightest SLO)"
-    table.caption = (f"{slos}; headroom = 1 - tightest value/limit; "
-                     f"sims = search ({result.search_method}) + confirm ({req.confirm_method}) "
-                     f"simulations: {result.evaluations} + {result.confirmations} for "
-                     + (f"{plural(result.grid_size, 'split')} of the budget, each at several rates"
-                        if req.goal == "max-throughput" else f"a grid of {plural(result.grid_size, 'point')}")
-                     + f"; {result.seconds:.1f} s")
+    table.caption = f"{slos}; headroom = 1 - tightest value/limit; " + runs_text(result)
     return table
+
+
+#: The table's column of simulations run: the search's and the confirmation's
+RUNS = "runs\nsearch+\nconfirm"
+
+
+def runs_text(result: PlanResult) -> str:
+    """What the simulation counts mean, in words (the table's caption)."""
+    req = result.request
+    space = (f"{plural(result.grid_size, 'split')} of the budget, each at several rates" if req.goal == "max-throughput"
+             else f"{plural(result.grid_size, 'pair')} of prompt and token machine counts")
+    return (f"runs = simulations by the search's {searched_text(result.search_method)} + the "
+            f"{searched_text(req.confirm_method)}'s confirmations: {result.evaluations:,} + {result.confirmations:,}, "
+            f"over {space}; not confirmed = the {searched_text(result.search_method)}'s answer, which the "
+            f"{searched_text(req.confirm_method)} failed; {result.seconds:.1f} s")
 
 
 def plan_units(result: PlanResult) -> tuple[str, str]:
@@ -152,11 +162,6 @@ def _limit_header(limit, unit: str) -> str:
     if limit is None:
         return ""
     return f"<{limit:g}x" if unit == "slowdown" else f"<{seconds_text(limit)}"
-
-
-def _percent(x: float) -> str:
-    """A share as a whole percent, a small one with a decimal (0.3%, not a flat 0%)."""
-    return f"{x:.1%}" if abs(x) < 0.02 and x != 0 else f"{x:.0%}"
 
 
 def _versus(dp, winner, goal: str) -> str:
@@ -202,7 +207,7 @@ def render(result: PlanResult, console=None) -> None:
     con.print(inputs_line(result))
     for dp in result.designs:
         if dp.note:
-            con.print(f"  {dp.design}: {dp.note}")
+            con.print(f"  {display_name(dp.design)}: {dp.note}")
     if result.winner is None:
         simulated = any(dp.evaluations or dp.confirmations for dp in result.designs)
         con.print("No design meets all SLOs." if simulated else
@@ -251,16 +256,17 @@ def winner_lines(result: PlanResult) -> list[str]:
     rate = f" at {w.rate:g} req/s" if req.goal == "max-throughput" else ""
     cost_unit, power_unit = plan_units(result)
     streams = req.seeds if req.trace is None else 1
-    lines = [f"Winner ({what}): [bold]{w.design}[/bold], {counts}{rate}, {w.cost:,.2f} {cost_unit}, "
+    lines = [f"Winner ({what}): [bold]{display_name(w.design)}[/bold], {counts}{rate}, {w.cost:,.2f} {cost_unit}, "
              f"{w.power:,.1f} {power_unit}"]
+    lines += _buyer_lines(result, w, cost_unit)
     if w.result is not None and w.result.tightest:
         over = f" over {streams} streams" if streams > 1 else " on one stream"
-        lines.append(f"  binding SLO: {binding_text(binding(w.result, d))}; headroom {_percent(w.headroom)}{over}")
+        lines.append(f"  binding SLO: {binding_text(binding(w.result, d))}; headroom {percent(w.headroom)}{over}")
     st = result.stress
     if st is not None:
         r = st["result"]
         tight = r.tightest or {}
-        verdict = (f"holds, headroom {_percent(st['headroom'])}" if st["slo_met"] else
+        verdict = (f"holds, headroom {percent(st['headroom'])}" if st["slo_met"] else
                    f"fails: {slo_label(tight.get('metric', '?'), tight.get('percentile', 0))} at "
                    f"{tight.get('ratio', float('nan')):.0%} of its limit")
         lines.append(f"  at {st['rate_rps']:g} req/s (+{st['factor'] - 1:.0%}): {verdict}")
@@ -268,9 +274,74 @@ def winner_lines(result: PlanResult) -> list[str]:
             lines.append(f"  [bold]warning[/bold]: {st['factor'] - 1:.0%} more load breaks the SLOs: plan for the "
                          f"rate you expect at its peak (--rps {st['rate_rps']:g}), or with --margin")
     if math.isfinite(w.headroom) and w.headroom < THIN_HEADROOM:
-        lines.append(f"  [bold]warning[/bold]: headroom {_percent(w.headroom)} is under {THIN_HEADROOM:.0%}: the answer "
+        lines.append(f"  [bold]warning[/bold]: headroom {percent(w.headroom)} is under {THIN_HEADROOM:.0%}: the answer "
                      f"rests on few requests at the tail; plan with --margin or more --seeds, or a longer --duration")
+    lines += _judged_lines(result, w, cost_unit)
     lines += [f"  {g}" for g in result.gains]
+    return lines
+
+
+def rates_table(results: list):
+    """One row per rate of a plan over several (``--rps 30,60,100``): the winner, its machines and GPUs, its cost
+    and cost per million output tokens."""
+    from rich.table import Table
+
+    cost_unit = plan_units(results[0])[0]
+    unit = cost_unit.removesuffix("/h")
+    table = Table(title=f"splitwise-plan: {results[0].request.goal} at each rate - {results[0].request.model}")
+    for col in ("req/s", "winner", "prompt", "token", "GPUs", f"cost\n{cost_unit}", f"{unit} per\nmonth",
+                f"{unit} per million\noutput tokens", "head-\nroom"):
+        table.add_column(col, justify="left" if col == "winner" else "right")
+    for r in results:
+        rate = f"{r.request.rps:g}" if r.request.rps is not None else "-"
+        if r.winner is None:
+            table.add_row(rate, "no design meets the SLOs", *["-"] * 7)
+            continue
+        w = r.get(r.winner)
+        f = r.figures(w)
+        base = get_design(w.design).is_baseline
+        table.add_row(rate, display_name(w.design), str(w.prompt), "-" if base else str(w.token),
+                      f"{f['gpus']:,}" if f["gpus"] else "-", f"{w.cost:,.2f}",
+                      f"{f['cost_per_month']:,.0f}" if f["cost_per_month"] is not None else "-",
+                      f"{f['cost_per_million_output_tokens']:,.3g}" if f["cost_per_million_output_tokens"] is not None
+                      else "-", percent(w.headroom) if math.isfinite(w.headroom) else "-")
+    return table
+
+
+def _buyer_lines(result: PlanResult, w, cost_unit: str) -> list[str]:
+    """The winner in a buyer's units: GPUs in all, cost per month and per million output tokens."""
+    f = result.figures(w)
+    unit = cost_unit.removesuffix("/h")
+    parts = [f"{f['gpus']:,} GPUs"] if f["gpus"] else []
+    if f["cost_per_month"] is not None and cost_unit.endswith("/h"):
+        parts.append(f"{f['cost_per_month']:,.0f} {unit} a month (730 h)")
+    if f["cost_per_million_output_tokens"] is not None and cost_unit.endswith("/h"):
+        rate = w.rate if result.request.goal == "max-throughput" or result.request.rps is None else result.request.rps
+        parts.append(f"{f['cost_per_million_output_tokens']:,.3g} {unit} per million output tokens at {rate:g} req/s")
+    head = "" if not result.request.headroom else (
+        f"  load headroom: every SLO held at {result.request.planned_rps:g} req/s "
+        f"(+{result.request.headroom:.0%} over {result.request.rps:g})\n")
+    return [head + "  in all: " + ", ".join(parts)] if parts else []
+
+
+def _judged_lines(result: PlanResult, w, cost_unit: str) -> list[str]:
+    """How sure the answer is, and its robust alternative where one exists."""
+    lines = []
+    sure = result.sureness
+    if sure is not None:
+        lines.append(f"  sureness: {sure['text']}")
+    alt = result.alternative
+    if alt is not None:
+        p = result.get(alt["design"])
+        why = []
+        if "headroom" in alt["reasons"]:
+            why.append(f"headroom {percent(alt['slo_headroom'])} against {percent(alt['winner_slo_headroom'])}")
+        if "higher_rate" in alt["reasons"]:
+            why.append(f"holds at {alt['rate_rps']:g} req/s where the winner fails")
+        d = get_design(p.design)
+        lines.append(f"  robust alternative: [bold]{display_name(p.design)}[/bold], "
+                     f"{machine_counts(p.prompt, 0 if d.is_baseline else p.token)}, {p.cost:,.2f} {cost_unit} "
+                     f"({alt['extra']:+.1%}): {'; '.join(why)}")
     return lines
 
 

@@ -13,8 +13,9 @@
   self-contained page with the figure as inline SVG plus a table of the numbers;
   :func:`plan_marks`: what to mark on a plan's plot (winner, budget, headroom, units).
 
-Numbers read plainly (``1,513``, never ``1.51e+03``: :func:`plain_number`), and axes carry the
-machine catalog's units (``cost_unit``, ``power_unit``; USD/h and kW by default).
+Numbers read plainly (``1,513``, never ``1.51e+03``: :func:`plain_number`; a headroom as the
+plan's table writes it, ``9%`` or ``0.3%``), and axes carry the machine catalog's units
+(``cost_unit``, ``power_unit``; USD/h and kW by default). Legends sit below the panels, off the data.
 
 Every writer goes through :mod:`splitwise_plan.report.files`' atomic writer.
 """
@@ -36,6 +37,7 @@ if TYPE_CHECKING:   # for the annotations only
 from splitwise_plan import __version__
 from splitwise_plan.errors import SplitwisePlanError
 from splitwise_plan.report.files import atomic_write_bytes, atomic_write_text, check_plot_path, plot_format
+from splitwise_plan.report.formats import percent
 
 MAX_RATIO_DECADES = 1.0  # colour scale: tightest ratio from 10^-1 to 10^+1, clipped
 DEFAULT_UNITS = ("USD/h", "kW")   # (cost, power) when the caller names no machines
@@ -175,12 +177,27 @@ def draw_design_space(fig, rows: Iterable, title: str | None = None, *, confirme
     if all(p["token"] == 0 for p in points):  # baseline: one pool, a line chart
         _draw_baseline(ax, points, marks, norm, cmap)
         ax.set_title(title or f"Design space of {name}")
+        legend_below(fig, [ax], ncols=1)
         return best
     _draw_grid(fig, ax, points, marks, norm, cmap, span)
     ax.set_title(title or f"Design space of {name}: tightest SLO per design point")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=1, fontsize=8, frameon=False)
+    legend_below(fig, [ax], ncols=1)
     return best
+
+
+def legend_below(fig, axes: Sequence, ncols: int | None = None) -> None:
+    """One legend of the marks drawn in ``axes`` (each label once), below the panels of ``fig`` (a
+    Figure or SubFigure), off the data: a constrained layout makes room for it. ``ncols``: its
+    columns (default: all entries on one row)."""
+    handles, labels = [], []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=ncols or len(labels), fontsize=8,
+                   frameon=False)
 
 
 def _confirmed_counts(confirmed) -> tuple[int, int] | None:
@@ -261,7 +278,6 @@ def _draw_baseline(ax, points: list, marks: list, norm, cmap) -> None:
     for k, mark in enumerate(marks):
         ratio = mark["point"]["ratio"]
         _star(ax, mark["point"]["prompt"], ratio if math.isfinite(ratio) else 1.0, mark, 260, solid=k == 0)
-    ax.legend(loc="best", fontsize=8)
 
 
 def _draw_grid(fig, ax, points: list, marks: list, norm, cmap, span: float) -> None:
@@ -428,7 +444,7 @@ def draw_comparison(fig, designs: Sequence[Mapping], title: str | None = None,
             unit = "" if normalize_to is not None else f" {cost_unit if panel['key'] == 'cost' else power_unit}"
             ax.axhline(budget_line["amount"], color="#C44E52", ls="--", lw=1.5,
                        label=f"budget {plain_number(budget_line['amount'])}{unit}")
-            ax.legend(loc="lower right", fontsize=7)
+    legend_below(fig, axes)
     fig.suptitle(title or "Cluster designs compared: " + ", ".join(p["title"] for p in panels)
                  + _same_rate_note(designs, panels))
 
@@ -456,7 +472,7 @@ def _bar_panel(ax, panel: dict, labels: list, best: int | None) -> None:
     from matplotlib.ticker import FuncFormatter
     vals = np.array(panel["values"], dtype=float)
     pct = panel["key"] == "headroom"
-    show = (lambda v: f"{plain_number(100 * v)}%") if pct else plain_number
+    show = percent if pct else plain_number
     x = np.arange(len(vals))
     bars = ax.bar(x, np.nan_to_num(vals), color=[COLOURS[i % len(COLOURS)] for i in range(len(x))],
                   edgecolor="none")
@@ -475,7 +491,6 @@ def _bar_panel(ax, panel: dict, labels: list, best: int | None) -> None:
     if pct:
         ax.axhline(0.0, color="k", ls="--", lw=1, label="SLO limit (0% headroom)")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{plain_number(100 * v)}%"))
-        ax.legend(loc="lower right", fontsize=7)
     else:
         ax.yaxis.set_major_formatter(plain_formatter())
     ax.set_title(panel["title"])
@@ -587,7 +602,7 @@ def _comparison_table(designs: Sequence[Mapping], units: tuple[str, str] = DEFAU
         room = _headroom(d, headroom)
         rows.append((d.get("label") or d.get("design", ""), d.get("prompt_machines", ""), d.get("token_machines", ""),
                      d.get("machines", ""), float(d.get("cost", float("nan"))), float(d.get("power", float("nan"))),
-                     _throughput(d), f"{plain_number(100 * room)}%" if math.isfinite(room) else "",
+                     _throughput(d), percent(room) if math.isfinite(room) else "",
                      "winner" if k == best else ""))
     return ("Designs compared", cols, rows)
 

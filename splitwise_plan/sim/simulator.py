@@ -28,8 +28,8 @@ from splitwise_plan.inputs.slos import SLOSet, load_slos
 from splitwise_plan.inputs.workloads import RequestStream
 from splitwise_plan.perf.latency_model import reference_latencies
 from splitwise_plan.perf.profiles import ProfileSet
-from splitwise_plan.perf.sources import for_requests, reference_latency, sourced_latency
-from splitwise_plan.perf.stack import load_stack
+from splitwise_plan.perf.sources import for_requests, reference_latency, resolve_stack, sourced_latency
+from splitwise_plan.perf.stack import Stack
 from splitwise_plan.sim.cluster import Cluster, Pool, SchedulerConfig, instance_layout
 from splitwise_plan.sim.metrics import PERCENTILES, Verdict, percentiles, request_latencies
 from splitwise_plan.sim.records import from_json, to_json
@@ -303,7 +303,7 @@ class Simulator:
                  tensor_parallel: int = 8, profiles: ProfileSet | None = None,
                  machines: dict[str, Machine] | None = None, slos: SLOSet | None = None,
                  scheduler: SchedulerConfig | None = None, method: str = "fluid",
-                 stop_early: bool = False, threads: int = 1, stack=None) -> None:
+                 stop_early: bool = False, threads: int = 1, stack=None, slower: Mapping | None = None) -> None:
         method = _check_method(method)
         model = get_model(model)   # BLOOM-176B is bloom-176b; a config.json's path is its architecture
         if machines is not None and (not isinstance(machines, Mapping)
@@ -317,12 +317,14 @@ class Simulator:
             raise SplitwisePlanError("the request stream is empty")
         self.stream = stream
         self.model: ModelSpec = model
-        # the serving stack of estimated latencies (None: the shipped default), its decodes at the stream's context
-        self.stack = for_requests(stack if stack is not None else load_stack(), stream)
+        self.profiles = profiles if profiles is not None else ProfileSet.load()
+        # the serving stack of estimated latencies (None or "auto": the plan's rule, see resolve_stack), its decodes
+        # at the stream's context
+        self.stack = for_requests(stack if isinstance(stack, Stack) or hasattr(stack, "rows")
+                                  else resolve_stack(stack, self.profiles, model)[0], stream)
         #: each pool's tensor parallelism (the prompt pool's, the token pool's) where a design fixes none
         self.pool_tps = parse_tp(tensor_parallel, "tensor_parallel")
         self.tensor_parallel = self.pool_tps[0]
-        self.profiles = profiles if profiles is not None else ProfileSet.load()
         self.machines = with_short_names(dict(machines) if machines is not None else dict(BUILTIN_MACHINES))
         self.slos = slos if slos is not None else load_slos()
         self.scheduler = scheduler or SchedulerConfig()
@@ -335,9 +337,12 @@ class Simulator:
         self.stop_early = bool(stop_early)
         #: designs the fluid model runs side by side in a batch (its compiled loop releases the GIL)
         self.threads = whole_number(threads, "threads", 1, 1024)
+        #: {GPU (hardware): (prompt, decode)}: how much slower than its source each phase of that GPU runs (0.2: 20%;
+        #: a latency error band, see planning/sureness.py); the SLOs' reference keeps its own latencies
+        self.slower = {str(k).lower(): tuple(map(float, v)) for k, v in (slower or {}).items()}
         self._latency: dict[str, object] = {}
         self.pcts = tuple(sorted(set(PERCENTILES).union(*self.slos.percentiles().values())))
-        ref = reference_latency(self.slos, self.profiles, self.model, self.machines, stack)
+        ref = reference_latency(self.slos, self.profiles, self.model, self.machines, self.stack)
         self.reference_source = ref.detail   # the reference's latencies: measured, or estimated
         self.reference = reference_latencies(ref.latency, stream.prompt_tokens, stream.output_tokens)
         self.overload_s = overload_wait(self.slos, self.reference)
@@ -379,7 +384,10 @@ class Simulator:
         """:class:`~splitwise_plan.perf.sources.Sourced`: the latency model of ``machine``'s GPU at ``tp`` and whence."""
         key = (machine.hardware, self.tensor_parallel if tp is None else int(tp))
         if key not in self._latency:
-            self._latency[key] = sourced_latency(self.profiles, self.model, machine, key[1], self.stack)
+            found = sourced_latency(self.profiles, self.model, machine, key[1], self.stack)
+            if key[0] in self.slower:
+                found = found._replace(latency=found.latency.slowed(*self.slower[key[0]]))
+            self._latency[key] = found
         return self._latency[key]
 
     def pool(self, design: Design, role: str, count: int) -> Pool:

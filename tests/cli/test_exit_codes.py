@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -183,8 +184,9 @@ def test_the_plan_runs_once_per_rate(capsys, tmp_path, monkeypatch):
 
     def fake(req, json_out, csv_out, plot, quiet, cluster_out=None):
         asked.append((req.rps, json_out))
-        return req.rps < 35   # no design meets the goal at 40
+        return SimpleNamespace(winner="splitwise-hh" if req.rps < 35 else None)   # no design meets the goal at 40
     monkeypatch.setattr(cli_plan, "_plan_and_report", fake)
+    monkeypatch.setattr("splitwise_plan.report.plan.rates_table", lambda results: f"{len(results)} rates")
     code, _, err = run(capsys, "--goal", "min-cost", "--rps", "30,40", "--json", tmp_path / "p.json", "-q")
     assert code == 1, err
     assert asked == [(30.0, str(tmp_path / "p-30rps.json")), (40.0, str(tmp_path / "p-40rps.json"))]

@@ -36,10 +36,10 @@ NEW_MACHINES = {
 
 
 def test_builtin_machines_are_priced_per_hour_and_powered_in_kw_with_their_sources():
-    # cost: AWS p4de.24xlarge list price, the H100's at the paper's ratio 4.76/2.21 of it;
+    # cost: AWS p5.48xlarge's 2026 on-demand list price, the A100's at the paper's ratio 2.21/4.76 of it;
     # power: the DGX data sheets' maximum, the capped H100 at 70% of the H100's
-    h100_usd = 40.97 * 4.76 / 2.21   # 88.2431 USD/h
-    expected = {"dgx-a100": ("a100-80gb", 40.97, 6.5, None), "dgx-h100": ("h100-80gb", h100_usd, 10.2, None),
+    h100_usd = 55.04
+    expected = {"dgx-a100": ("a100-80gb", A100_USD, 6.5, None), "dgx-h100": ("h100-80gb", h100_usd, 10.2, None),
                 "dgx-h100-cap": ("h100-80gb-pcap", h100_usd, 7.14, "dgx-h100")}
     assert set(BUILTIN_MACHINES) == set(expected) | set(NEW_MACHINES)
     for name, (hw, cost, power, base) in expected.items():
@@ -49,11 +49,15 @@ def test_builtin_machines_are_priced_per_hour_and_powered_in_kw_with_their_sourc
         assert (m.cost_unit, m.power_unit) == ("USD/h", "kW")
     assert "p4de.24xlarge" in BUILTIN_MACHINES["dgx-a100"].source
     assert "DGX A100 data sheet" in BUILTIN_MACHINES["dgx-a100"].source
-    assert "4.76/2.21" in BUILTIN_MACHINES["dgx-h100"].source
+    assert "4.76/2.21" in BUILTIN_MACHINES["dgx-a100"].source and "p5.48xlarge" in BUILTIN_MACHINES["dgx-h100"].source
+    for m in BUILTIN_MACHINES.values():   # each price says whether it is a list price (and its date) or an estimate
+        cost = m.source.split("cost: ")[1]
+        assert cost.startswith(("list price, ", "an estimate, ", "the DGX H100's")), m.name
+        assert not cost.startswith("list price") or "2026" in cost.split("; power")[0], m.name
     assert "DGX H100 data sheet" in BUILTIN_MACHINES["dgx-h100"].source
     assert "70%" in BUILTIN_MACHINES["dgx-h100-cap"].source
     assert all("\n" not in m.source for m in BUILTIN_MACHINES.values())   # one line each
-    assert f"{BUILTIN_MACHINES['dgx-h100'].cost:.2f}" == "88.24"
+    assert f"{BUILTIN_MACHINES['dgx-h100'].cost:.2f}" == "55.04"
     assert load_machines(None) == BUILTIN_MACHINES
 
 
@@ -78,13 +82,14 @@ def test_machines_are_still_built_by_position():
         Machine("box", "a100-80gb", 8, 80 * GIB, 3.0, 5.0, cost_unit=" ")
 
 
-H100_USD = 40.97 * 4.76 / 2.21
+H100_USD = 55.04
+A100_USD = H100_USD * 2.21 / 4.76   # the paper's cost ratio
 
 
 @pytest.mark.parametrize("design, want_cost, want_power", [
-    ("HA", 3 * H100_USD + 2 * 40.97, 3 * 10.2 + 2 * 6.5),      # H100 prompt, A100 token machines
+    ("HA", 3 * H100_USD + 2 * A100_USD, 3 * 10.2 + 2 * 6.5),      # H100 prompt, A100 token machines
     ("HHcap", 5 * H100_USD, 3 * 10.2 + 2 * 7.14),              # power-capped H100 token machines
-    ("AA", 5 * 40.97, 5 * 6.5), ("A100", 3 * 40.97, 3 * 6.5),
+    ("AA", 5 * A100_USD, 5 * 6.5), ("A100", 3 * A100_USD, 3 * 6.5),
 ])
 def test_a_designs_cost_and_power_price_each_pool_by_its_own_machine(design, want_cost, want_power):
     """3 prompt and 2 token machines, each pool at its machine's price (USD/h) and power (kW); a
@@ -118,7 +123,7 @@ power = 20.5
     assert ms["my-box"].gpus == 4 and ms["my-box"].hbm_bytes_per_gpu == 94 * GIB
     assert ms["my-box"].hbm_bytes == 4 * 94 * GIB and ms["my-box"].cost == 3.0
     assert ms["dgx-h100"] == BUILTIN_MACHINES["dgx-h100"]
-    assert BUILTIN_MACHINES["dgx-a100"].cost == 40.97  # builtins untouched
+    assert BUILTIN_MACHINES["dgx-a100"].cost == pytest.approx(A100_USD, rel=1e-12)  # builtins untouched
     assert ms["dgx-a100"].source == f"machine file {path}" and ms["my-box"].source == f"machine file {path}"
     assert (ms["my-box"].cost_unit, ms["my-box"].power_unit) == ("USD/h", "kW")
 
@@ -183,7 +188,7 @@ def test_a_machine_named_in_upper_case_can_be_simulated(capsys, write, design, n
     out, err = capsys.readouterr()
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["design"] == named and doc["cost"] == pytest.approx(4 * 4.0 if "baseline" in named else 3 * 4.0 + 40.97)
+    assert doc["design"] == named and doc["cost"] == pytest.approx(4 * 4.0 if "baseline" in named else 3 * 4.0 + A100_USD)
 
 
 @pytest.mark.parametrize("name,needle", [
@@ -282,7 +287,7 @@ def test_the_machines_command_names_units_and_sources(capsys, write):
     assert main(["machines"]) == 0
     out = capsys.readouterr().out
     assert "cost (USD/h)" in out and "power (kW)" in out
-    assert "40.97" in out and "88.24" in out and "7.14" in out and "p4de.24xlarge" in out
+    assert "25.55" in out and "55.04" in out and "7.14" in out and "p5.48xlarge" in out
     path = write("m.toml", '[units]\ncost = "EUR/h"\n[machines.dgx-a100]\ncost = 38.5\n'
                            '[machines.dgx-h100]\ncost = 80\n[machines.dgx-h200]\ncost = 90\n'
                            '[machines.dgx-b200]\ncost = 110\n[machines.mi300x-8]\ncost = 70\n'
@@ -316,25 +321,22 @@ def test_the_newer_machines_numbers_units_and_sources(name):
     assert (m.hardware, m.gpus, m.hbm_bytes_per_gpu, m.base, m.power_cap) == (hw, 8, hbm, None, None)
     assert (m.hbm_bandwidth_tbps, m.bf16_tflops, m.fp8_tflops, m.interconnect_gbps) == sheet
     assert m.power == pytest.approx(kw) and (m.cost_unit, m.power_unit) == ("USD/h", "kW")
-    assert "data sheet" in m.source and "estimate" in m.source and "\n" not in m.source
+    assert "data sheet" in m.source and "\n" not in m.source
     assert get_machine(name) is m and load_machines(None)[name] == m
 
 
-def test_the_newer_machines_prices_are_the_h100s_at_stated_ratios():
+def test_the_newer_machines_prices_are_2026_list_prices_or_stated_estimates():
     h100 = BUILTIN_MACHINES["dgx-h100"].cost
-    assert BUILTIN_MACHINES["dgx-h200"].cost == pytest.approx(h100 * 43.26 / 39.33)   # AWS Capacity Blocks rates
-    assert BUILTIN_MACHINES["dgx-b200"].cost == pytest.approx(h100 * 14.3 / 10.2)     # max-power ratio
-    assert BUILTIN_MACHINES["mi300x-8"].cost == pytest.approx(h100)
-    assert "43.26/39.33" in BUILTIN_MACHINES["dgx-h200"].source
-    assert "14.3/10.2" in BUILTIN_MACHINES["dgx-b200"].source
+    listed = {"dgx-h200": (63.296, "p5en.48xlarge"), "dgx-b200": (113.9328, "p6-b200.48xlarge"),
+              "dgx-b300": (142.416, "p6-b300.48xlarge"), "l40s-8": (30.13118, "g6e.48xlarge"),
+              "mi300x-8": (48.0, "BM.GPU.MI300X.8")}
+    for name, (usd, offer) in listed.items():
+        m = BUILTIN_MACHINES[name]
+        assert m.cost == usd and offer in m.source and "cost: list price" in m.source, name
     assert "896 GB/s" in BUILTIN_MACHINES["mi300x-8"].source
     assert BUILTIN_MACHINES["dgx-b200"].hbm_of() == 1440 * 10**9   # the DGX B200's 1,440 GB
-    assert BUILTIN_MACHINES["dgx-b300"].cost == pytest.approx(h100 * 14.0 / 10.2)     # max-power ratios
-    assert BUILTIN_MACHINES["gb200-8"].cost == pytest.approx(h100 * (120.0 / 9) / 10.2)
-    assert BUILTIN_MACHINES["l40s-8"].cost == pytest.approx(h100 * 6.8 / 10.2)
-    assert "14.0/10.2" in BUILTIN_MACHINES["dgx-b300"].source
-    assert "13.33/10.2" in BUILTIN_MACHINES["gb200-8"].source
-    assert "6.8/10.2" in BUILTIN_MACHINES["l40s-8"].source
+    assert BUILTIN_MACHINES["gb200-8"].cost == pytest.approx(h100 * (120.0 / 9) / 10.2)   # max-power ratio
+    assert "13.33/10.2" in BUILTIN_MACHINES["gb200-8"].source and "an estimate" in BUILTIN_MACHINES["gb200-8"].source
 
 
 def test_the_gb200_slice_is_a_ninth_of_an_nvl72_rack():
@@ -372,7 +374,7 @@ interconnect_gbps = 450
     ms = load_machines(path)
     a, mine = ms["dgx-a100"], ms["my-gpu"]
     assert (a.hbm_bandwidth_tbps, a.bf16_tflops, a.fp8_tflops, a.interconnect_gbps) == (1.935, 312.0, 100.0, 600.0)
-    assert (a.cost, a.power) == (40.97, 6.5) and a.source == f"machine file {path}"
+    assert (a.cost, a.power) == (pytest.approx(A100_USD, rel=1e-12), 6.5) and a.source == f"machine file {path}"
     assert tuple(getattr(mine, k) for k in SHEET_KEYS) == (4.0, 1000.0, 2000.0, 450.0, None)
     assert isinstance(mine.bf16_tflops, float)
     assert ms["dgx-h100"] == BUILTIN_MACHINES["dgx-h100"]   # the others untouched
@@ -495,6 +497,6 @@ def test_the_machines_command_shows_the_data_sheets(capsys):
     assert main(["machines"]) == 0
     out = capsys.readouterr().out
     for text in ("TB/s", "bf16", "fp8", "TFLOPS", "dgx-h200", "dgx-b200", "mi300x-8", "2.039", "4.8", "2,250",
-                 "4,500", "1,307", "2,615", "97.06", "14.3", "131.3", "dgx-b300", "gb200-8", "l40s-8", "7.75",
+                 "4,500", "1,307", "2,615", "63.3", "14.3", "131.3", "dgx-b300", "gb200-8", "l40s-8", "7.75",
                  "2,500", "5,000", "0.864", "362.05", "733"):
         assert text in out, text

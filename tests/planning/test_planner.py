@@ -164,15 +164,16 @@ def test_min_power_and_gains_text():
     w = res.get(res.winner)
     assert w.power == min(d.power for d in res.designs if d.status == "ok")
     if res.winner != "baseline-h100":
-        assert any("baseline-h100" in g and "lower power" in g for g in res.gains)
+        assert any("Baseline-H100" in g and "lower power" in g for g in res.gains)
 
 
 def test_gain_text_in_the_papers_terms():
     w = DesignPlan("splitwise-aa", "AA", "ok", cost=80.0, power=100.0, rate=140.0)
     b = DesignPlan("baseline-h100", "H100", "ok", cost=100.0, power=100.0, rate=100.0)
     assert gain_text(w, b, "max-throughput") == (
-        "splitwise-aa vs baseline-h100: 1.40x throughput at 20% lower cost and the same power")
-    assert gain_text(w, b, "min-cost").startswith("splitwise-aa vs baseline-h100: same throughput at 20% lower cost")
+        "Splitwise-AA (A100:A100) vs Baseline-H100: 1.40x throughput at 20% lower cost and the same power")
+    assert gain_text(w, b, "min-cost").startswith("Splitwise-AA (A100:A100) vs Baseline-H100: same throughput at 20% "
+                                                  "lower cost")
 
 
 def test_max_throughput_within_a_power_budget():
@@ -368,7 +369,7 @@ def test_cli_root_plans(capsys):
     code = main(["--goal", "min-cost", "--rps", "10", "--duration", "15", "--designs", "H100", "--jobs", "1"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "Winner (lowest cost): baseline-h100" in out
+    assert "Winner (lowest cost): Baseline-H100" in out
     assert "TTFT" in out and "P99" in out
 
 

@@ -22,6 +22,7 @@ import splitwise_plan.report.formats as reports
 import splitwise_plan.report.plan as plan_reports
 from splitwise_plan.cli import main
 from splitwise_plan.errors import SplitwisePlanError
+from splitwise_plan.inputs.designs import display_name
 from splitwise_plan.planning import DesignPlan, PlanRequest, PlanResult, plan
 from splitwise_plan.report.plan import comparison, csv_columns, csv_rows, plan_report, plan_title, write_reports
 
@@ -84,7 +85,7 @@ def test_json_report_schema_inputs_and_designs(reports_dir):
     summary = doc["plan"]
     assert summary["winner"] in by_name and summary["goal"] == "min-cost"
     assert summary["winner"] == doc["results"][0]["design"]          # ranked by the goal
-    assert all("vs baseline-h100" in g for g in summary["gains"])
+    assert all("vs Baseline-H100" in g for g in summary["gains"])
     higher = summary["at_higher_rate"]   # the winner checked at a higher rate than planned
     assert higher["rate_rps"] == pytest.approx(10.0 * higher["factor"]) and higher["factor"] > 1
     assert isinstance(higher["slo_met"], bool) and higher["seed"] == 0 and "ratio" in higher["tightest"]
@@ -329,7 +330,7 @@ def test_a_terminal_too_narrow_for_the_nine_slos_shows_every_number_whole():
         assert len(rows) == len(res.designs)
         for dp, cells in zip(res.designs, rows):
             # the design's name may wrap (on a narrow terminal it does); its numbers stay whole, on one line
-            assert "".join(cells[1]) == dp.design, (width, cells)
+            assert "".join(cells[1]).replace(" ", "") == display_name(dp.design).replace(" ", ""), (width, cells)
             row = " ".join(" ".join(c) for c in cells)
             numbers = [" ".join(c) for c in cells]
             r = dp.result
@@ -355,7 +356,7 @@ def test_an_infeasible_design_in_the_narrowest_table_has_no_count_in_its_headroo
     assert "sims" not in text.split("└")[0] and "0+0" not in text   # the counts are the column dropped
     # the infeasible design (ranked 2nd) on its row's first line: its name wraps at this width
     row = next(line for line in text.splitlines() if line.startswith("│") and line.split("│")[1].strip() == "2")
-    assert "splitwise-hh".startswith(row.split("│")[2].strip())
+    assert "Splitwise-HH (H100:H100)".startswith(row.split("│")[2].strip())
     assert row.replace("│", " ").split()[-1] == "-"
 
 
@@ -374,7 +375,7 @@ def test_the_table_shows_the_plans_own_slos(tmp_path):
     assert "P50" not in text and "TBT" not in text
     r = res.get("H100").result
     ttft, e2e = r.latency_s["ttft"][95], r.slowdown["e2e"][99.9]
-    row = next(line for line in text.splitlines() if "baseline-h100" in line)
+    row = next(line for line in text.splitlines() if "Baseline-H100" in line)
     assert f"{ttft:.3g}" in row and f"{e2e:.2f}" in row
     tight = r.tightest
     starred = f"{ttft:.3g}*" if tight["metric"] == "ttft" else f"{e2e:.2f}*"

@@ -23,7 +23,7 @@ from splitwise_plan.report.plots import (  # noqa: E402
     write_plot,
 )
 
-H100_USD, H100_KW, CAP_KW = 40.97 * 4.76 / 2.21, 10.2, 7.14
+H100_USD, H100_KW, CAP_KW = 55.04, 10.2, 7.14
 
 
 def _designs(rates=(30.0, 30.0, 30.0)):
@@ -37,7 +37,9 @@ def _designs(rates=(30.0, 30.0, 30.0)):
 
 
 def _legend(ax) -> list[str]:
-    return [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
+    """The legend's texts: of the axes' own legend, else of the legend below the panels of its figure."""
+    legends = [ax.get_legend()] if ax.get_legend() else ax.figure.legends
+    return [t.get_text() for leg in legends for t in leg.get_texts()]
 
 
 def _texts(ax) -> list[str]:
@@ -63,13 +65,67 @@ def test_numbers_read_plainly(value, text):
 # --- the plan's comparison --------------------------------------------------------------
 
 def test_an_iso_throughput_plan_shows_headroom_not_six_identical_bars():
-    fig = comparison_figure(_designs(), headroom={"baseline-a100": 0.05, "splitwise-hh": 0.2, "splitwise-ha": -0.01})
+    fig = comparison_figure(_designs(), headroom={"baseline-a100": 0.05, "splitwise-hh": 0.2, "splitwise-ha": -0.03})
     assert [ax.get_title() for ax in fig.axes] == ["cost", "provisioned power", "SLO headroom"]
     assert "each holding 30 req/s" in fig.get_suptitle()
     room = fig.axes[2]
-    assert _texts(room) == ["5%", "20%", "-1%"]
+    assert _texts(room) == ["5%", "20%", "-3%"]
     assert len(_hlines_at(room, 0.0)) == 1 and _legend(room) == ["SLO limit (0% headroom)"]
     assert room.yaxis.get_major_formatter()(0.15, 0) == "15%"
+
+
+@pytest.mark.parametrize("room, text", [(0.09, "9%"), (0.2049, "20%"), (0.003271, "0.3%"), (0.015, "1.5%"),
+                                        (-0.0021, "-0.2%"), (-0.15, "-15%"), (0.0, "0%"), (float("nan"), "n/a")])
+def test_headroom_reads_as_in_the_plans_table(room, text, tmp_path):
+    """As the table: a whole percent, one under 2% with one decimal ("0.3%", not "0.3271%")."""
+    rooms = {"baseline-a100": 0.05, "splitwise-hh": room, "splitwise-ha": 0.1}
+    assert _texts(comparison_figure(_designs(), headroom=rooms).axes[2])[1] == text
+    page = write_plot(tmp_path / "p.html", designs=_designs(), headroom=rooms).read_text()
+    assert f"<td>{text if math.isfinite(room) else ''}</td>" in page
+
+
+def _off_the_data(fig) -> None:
+    """Every legend of ``fig`` (and of its subfigures) lies outside every axes' box, inside the figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)   # (the constrained layout places the panels and the legend)
+    legends = [leg for f in (fig, *fig.subfigs) for leg in f.legends] + [ax.get_legend() for ax in fig.axes]
+    legends = [leg for leg in legends if leg is not None]
+    assert legends
+    page = fig.bbox
+    for leg in legends:
+        box = leg.get_window_extent(renderer)
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+        for ax in fig.axes:
+            assert not box.overlaps(ax.get_window_extent(renderer)), (leg, ax.get_title())
+
+
+def test_the_comparisons_legend_is_below_the_panels_off_the_bars():
+    fig = comparison_figure(_designs(rates=(50.0, 70.0, 65.0)), budget=("power", 300.0), winner="splitwise-hh",
+                            headroom={"baseline-a100": 0.05, "splitwise-hh": 0.2, "splitwise-ha": -0.01})
+    assert [ax.get_legend() for ax in fig.axes] == [None] * 4
+    assert _legend(fig.axes[0]) == ["budget 300 kW", "SLO limit (0% headroom)"]
+    _off_the_data(fig)
+    below = fig.legends[0].get_window_extent()
+    assert all(below.y1 <= ax.get_window_extent().y0 for ax in fig.axes)
+
+
+def test_the_design_space_legends_are_off_the_map():
+    _off_the_data(design_space_figure(_sweep(), confirmed_optimum=(23, 6)))
+    rows = [{"design": "baseline-h100", "prompt_machines": m, "token_machines": 0, "cost": H100_USD * m,
+             "power": H100_KW * m, "slo_met": m > 2, "tightest_ratio": 3.0 / m} for m in range(1, 6)]
+    _off_the_data(design_space_figure(rows))
+
+
+def test_the_legends_of_a_sweep_and_plan_drawn_together_are_off_the_data():
+    """As ``write_plot`` draws both: the map above, the designs compared below, each legend below its own."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(10, 11), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1.5, 1])
+    plots.draw_design_space(top, _sweep())
+    plots.draw_comparison(bottom, _designs(), headroom={"splitwise-hh": 0.2})
+    assert len(fig.axes) == 5 and [len(f.legends) for f in (top, bottom)] == [1, 1]
+    _off_the_data(fig)
 
 
 def test_without_headroom_an_iso_throughput_plan_has_two_panels():
@@ -114,7 +170,8 @@ def test_axes_carry_units_and_plain_numbers():
 def test_a_power_budget_is_a_line_on_the_power_panel():
     fig = comparison_figure(_designs(rates=(50.0, 70.0, 65.0)), budget=("power", 300.0))
     cost, power, rate = fig.axes
-    assert len(_hlines_at(power, 300.0)) == 1 and _legend(power) == ["budget 300 kW"]
+    assert [ln.get_label() for ln in _hlines_at(power, 300.0)] == ["budget 300 kW"]
+    assert _legend(power) == ["budget 300 kW"]
     assert not _hlines_at(cost, 300.0) and not _hlines_at(rate, 300.0) and cost.get_legend() is None
 
 
@@ -130,7 +187,7 @@ def test_a_cost_budget_normalized_with_the_values():
 
 def _sweep(method="fluid"):
     """An HH sweep whose points pass from 26 prompt + 3 token machines (or 25 + 5) up: its cheapest
-    passing point is 26P+3T, 29 machines at 88.24 USD/h, 26 x 10.2 + 3 x 7.14 = 286.62 kW."""
+    passing point is 26P+3T, 29 machines at 55.04 USD/h, 26 x 10.2 + 3 x 7.14 = 286.62 kW."""
     rows = []
     for p in range(20, 30):
         for t in range(1, 9):
@@ -147,22 +204,22 @@ def _stars(ax) -> list[str]:
 
 def test_a_fluid_sweeps_star_says_it_is_the_fast_models():
     ax = design_space_figure(_sweep("fluid")).axes[0]
-    assert _stars(ax) == ["fast-model optimum (not confirmed): 26P+3T, cost 2,559 USD/h, power 286.6 kW"]
+    assert _stars(ax) == ["fast-model optimum (not confirmed): 26P+3T, cost 1,596 USD/h, power 286.6 kW"]
 
 
 @pytest.mark.parametrize("method, label", [("events", "optimum (event simulator)"),
                                            (None, "sweep optimum (not confirmed)")])
 def test_other_sweeps_stars_say_whose_they_are(method, label):
     ax = design_space_figure(_sweep(method)).axes[0]
-    assert _stars(ax) == [f"{label}: 26P+3T, cost 2,559 USD/h, power 286.6 kW"]
+    assert _stars(ax) == [f"{label}: 26P+3T, cost 1,596 USD/h, power 286.6 kW"]
 
 
 def test_the_confirmed_optimum_is_marked_and_the_fast_models_kept_apart():
     """The confirmed plan says 23+6 (23 x 10.2 + 6 x 7.14 = 277.44 kW) where the fluid sweep says 26+3."""
     for confirmed in ((23, 6), {"prompt_machines": 23, "token_machines": 6}):
         ax = design_space_figure(_sweep(), confirmed_optimum=confirmed).axes[0]
-        assert _stars(ax) == ["confirmed optimum: 23P+6T, cost 2,559 USD/h, power 277.4 kW",
-                              "fast-model optimum (not confirmed): 26P+3T, cost 2,559 USD/h, power 286.6 kW"]
+        assert _stars(ax) == ["confirmed optimum: 23P+6T, cost 1,596 USD/h, power 277.4 kW",
+                              "fast-model optimum (not confirmed): 26P+3T, cost 1,596 USD/h, power 286.6 kW"]
         assert "iso-cost through confirmed optimum" in _legend(ax)
         stars = [c for c in ax.collections if c.get_label().startswith(("confirmed", "fast-model"))]
         assert [tuple(c.get_offsets()[0]) for c in stars] == [(23, 6), (26, 3)]
@@ -170,12 +227,12 @@ def test_the_confirmed_optimum_is_marked_and_the_fast_models_kept_apart():
 
 def test_a_confirmed_optimum_the_sweep_agrees_with_is_one_star():
     ax = design_space_figure(_sweep(), confirmed_optimum=(26, 3)).axes[0]
-    assert _stars(ax) == ["confirmed optimum: 26P+3T, cost 2,559 USD/h, power 286.6 kW"]
+    assert _stars(ax) == ["confirmed optimum: 26P+3T, cost 1,596 USD/h, power 286.6 kW"]
 
 
 def test_a_confirmed_optimum_outside_the_grid_is_priced_per_machine():
-    ax = design_space_figure(_sweep(), confirmed_optimum=(30, 2)).axes[0]   # 32 x 88.24; 306 + 14.28 kW
-    assert _stars(ax)[0] == "confirmed optimum: 30P+2T, cost 2,824 USD/h, power 320.3 kW"
+    ax = design_space_figure(_sweep(), confirmed_optimum=(30, 2)).axes[0]   # 32 x 55.04; 306 + 14.28 kW
+    assert _stars(ax)[0] == "confirmed optimum: 30P+2T, cost 1,761 USD/h, power 320.3 kW"
 
 
 def test_the_map_marks_the_slo_limit_on_its_colour_bar():
@@ -192,7 +249,7 @@ def test_a_baseline_sweep_draws_the_slo_limit_and_plain_ticks():
             for m in range(1, 6)]
     ax = design_space_figure(rows).axes[0]
     assert len(_hlines_at(ax, 1.0)) == 1 and "SLO limit (value / limit = 1)" in _legend(ax)
-    assert _stars(ax) == ["optimum (event simulator): 3 machines, cost 264.7 USD/h, power 30.6 kW"]
+    assert _stars(ax) == ["optimum (event simulator): 3 machines, cost 165.1 USD/h, power 30.6 kW"]
     assert ax.yaxis.get_major_formatter()(2.0, 0) == "2"
 
 

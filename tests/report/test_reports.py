@@ -166,6 +166,21 @@ def test_csv_rows_and_columns(tmp_path):
     assert p.read_text() == "a\n1\n"
 
 
+def test_a_value_not_measured_is_an_empty_csv_cell(tmp_path):
+    """Issue 54: inf, -inf and NaN (Python's or numpy's) write an empty cell, not ``inf`` or ``nan``,
+    and pandas reads the column back as floats, NaN there; a finite value is written unchanged."""
+    import pandas as pd
+    rows = [{"e2e_p99_s": v, "cost": 1853.104615, "n": 3} for v in
+            (math.inf, -math.inf, math.nan, np.float64(np.inf), np.float32(np.nan), 0.1, np.float64(75.03389034251254))]
+    text = csv_text(rows)
+    assert text.splitlines() == ["e2e_p99_s,cost,n"] + [",1853.104615,3"] * 5 + ["0.1,1853.104615,3",
+                                                                                  "75.03389034251254,1853.104615,3"]
+    assert "inf" not in text and "nan" not in text
+    back = pd.read_csv(write_csv(tmp_path / "r.csv", rows))
+    assert back["e2e_p99_s"].dtype == np.float64 and back["e2e_p99_s"].isna().tolist() == [True] * 5 + [False] * 2
+    assert back["e2e_p99_s"].iloc[-1] == 75.03389034251254 and back["cost"].dtype == np.float64
+
+
 # --- plots ----------------------------------------------------------------------------
 
 def _sweep_rows():

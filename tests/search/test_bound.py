@@ -94,8 +94,8 @@ def test_weights_that_do_not_fit_are_a_user_error(write):
 
 
 # the catalog's data-sheet figures (tests/inputs/test_machines.py checks them): 10.2 kW an H100,
-# 6.5 kW an A100, 70% of the H100's a capped one; an H100 costs 40.97 x 4.76/2.21 USD/h, as the capped one
-H100_USD = 40.97 * 4.76 / 2.21
+# 6.5 kW an A100, 70% of the H100's a capped one; an H100 costs 55.04 USD/h, as the capped one
+H100_USD = 55.04
 
 
 @pytest.mark.parametrize("spec,kind,value", [
