@@ -222,10 +222,10 @@ def _judged(inputs: Inputs, req: PlanRequest, ranked: tuple, winner, stress, met
         held, worst, _ = Confirmer(inp, req, req.confirm_method, say=say)(design, point, rate)
         return held, worst
 
-    def replan(inp, names):
+    def replan(inp, names):   # (in memory: a --storage study keeps the plan's own latencies' trials)
         got: dict = {}
-        _run(inp, replace(req, designs=tuple(names)), list(names), method, lambda p: got.__setitem__(p.design, p),
-             None, say)
+        _run(inp, replace(req, designs=tuple(names), storage=None, study=None), list(names), method,
+             lambda p: got.__setitem__(p.design, p), None, say)
         return got
 
     sure = sureness(inputs, req, ranked, winner, replan, confirm, say)
