@@ -1,6 +1,7 @@
 """A near-tie called one: the cheapest rival at most :data:`NEAR` dearer than the winner (in the goal's
 objective) that is markedly safer, with at least :data:`HEADROOM_TIMES` the winner's SLO headroom, or holding the
-SLOs at the higher rate where the winner fails them (the planner's +5% probe).
+SLOs at the higher rate where the winner fails them (the planner's +5% probe). A headroom under 2%, which the
+plan calls thin in its winner, makes no rival robust.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ import math
 
 #: A rival at most this much dearer than the winner is a near-tie.
 NEAR = 0.05
-#: ... and a robust alternative with at least this many times the winner's SLO headroom.
+#: ... and a robust alternative with at least this many times the winner's SLO headroom,
 HEADROOM_TIMES = 3.0
+#: and at least this much headroom itself (below it the plan warns the winner's is thin: not robust either)
+LEAST_HEADROOM = 0.02
 
 
 def robust_alternative(req, ranked, winner, stress, confirm) -> dict | None:
@@ -27,7 +30,7 @@ def robust_alternative(req, ranked, winner, stress, confirm) -> dict | None:
             continue
         room = p.headroom if math.isfinite(p.headroom) else 0.0
         reasons = []
-        if room >= HEADROOM_TIMES * max(winner.headroom, 0.0) and room > 0:
+        if room >= max(HEADROOM_TIMES * winner.headroom, LEAST_HEADROOM):
             reasons.append("headroom")
         held = None
         if winner_fails:

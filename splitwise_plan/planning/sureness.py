@@ -49,7 +49,7 @@ def sureness(inputs: Inputs, req: PlanRequest, ranked, winner, replan, confirm, 
         _check(out, replace(inputs, slower={hw: b.slower() for hw, b in known.items()}, ceilings={}), req, winner,
                runner, replan, confirm, say)
     unit = inputs.machines[get_design(winner.design).machines[0]].cost_unit
-    out["text"] = sureness_text(out, known, winner, unit)
+    out["text"] = sureness_text(out, known, winner, unit, kernels=hasattr(inputs.stack, "rows"))
     return out
 
 
@@ -102,7 +102,7 @@ def _gpu(hardware: str) -> str:
     return head + ("cap" if hardware.endswith("pcap") else "")
 
 
-def sureness_text(out: dict, known: dict, winner, unit: str = "USD/h") -> str:
+def sureness_text(out: dict, known: dict, winner, unit: str = "USD/h", kernels: bool = False) -> str:
     """The verdict in one line: ``holds and still wins with latencies 20% slower`` / ``with prompt latencies 26%
     and decode latencies 22% slower, Splitwise-HH (H100:H100) wins``."""
     unknown = ", ".join(_gpu(hw) for hw in out["no_band"])
@@ -110,7 +110,8 @@ def sureness_text(out: dict, known: dict, winner, unit: str = "USD/h") -> str:
         if unknown:
             return (f"no error band is known for the estimated latencies of {unknown} (a stack without held-out "
                     "errors): --latency-error 0.2 checks the answer with them 20% slower")
-        return "latencies measured, no error band: --latency-error 0.2 checks the answer with them 20% slower"
+        what = "latencies from AIConfigurator's measured kernels" if kernels else "latencies measured"
+        return f"{what}, no error band: --latency-error 0.2 checks the answer with them 20% slower"
     band = band_text(known)
     also = f" ({unknown}: no band known)" if unknown else ""
     if out["holds"]:

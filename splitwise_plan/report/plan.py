@@ -303,9 +303,14 @@ def rates_table(results: list):
         table.add_row(rate, display_name(w.design), str(w.prompt), "-" if base else str(w.token),
                       f"{f['gpus']:,}" if f["gpus"] else "-", f"{w.cost:,.2f}",
                       f"{f['cost_per_month']:,.0f}" if f["cost_per_month"] is not None else "-",
-                      f"{f['cost_per_million_output_tokens']:,.3g}" if f["cost_per_million_output_tokens"] is not None
+                      _money(f["cost_per_million_output_tokens"]) if f["cost_per_million_output_tokens"] is not None
                       else "-", percent(w.headroom) if math.isfinite(w.headroom) else "-")
     return table
+
+
+def _money(x: float) -> str:
+    """A price per token as a buyer reads it: cents below 100 (``4.50``), whole above (``1,236``)."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.2f}"
 
 
 def _buyer_lines(result: PlanResult, w, cost_unit: str) -> list[str]:
@@ -317,7 +322,7 @@ def _buyer_lines(result: PlanResult, w, cost_unit: str) -> list[str]:
         parts.append(f"{f['cost_per_month']:,.0f} {unit} a month (730 h)")
     if f["cost_per_million_output_tokens"] is not None and cost_unit.endswith("/h"):
         rate = w.rate if result.request.goal == "max-throughput" or result.request.rps is None else result.request.rps
-        parts.append(f"{f['cost_per_million_output_tokens']:,.3g} {unit} per million output tokens at {rate:g} req/s")
+        parts.append(f"{_money(f['cost_per_million_output_tokens'])} {unit} per million output tokens at {rate:g} req/s")
     head = "" if not result.request.headroom else (
         f"  load headroom: every SLO held at {result.request.planned_rps:g} req/s "
         f"(+{result.request.headroom:.0%} over {result.request.rps:g})\n")

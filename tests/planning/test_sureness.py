@@ -104,6 +104,7 @@ def _answer(design, cost, headroom):
     (102.0, 0.008, True, True),    # thin headroom, but holds at +5% where the winner fails
     (102.0, 0.008, False, False),  # neither
     (106.0, 0.16, True, False),    # 6% dearer: not a near-tie
+    (101.0, 0.012, False, False),  # 4x the winner's headroom, but 1.2%: thin itself
 ])
 def test_a_robust_alternative_is_a_near_tie_markedly_safer(rival_cost, rival_room, rival_holds, named):
     winner, rival = _answer("b200:b200", 100.0, 0.003), _answer("splitwise-hh", rival_cost, rival_room)
