@@ -58,6 +58,7 @@ from splitwise_plan.cli.options import (
 from splitwise_plan.cli.output import check_output_options, input_files, note, print_json, stdout_taken
 from splitwise_plan.cli.progress import progress
 from splitwise_plan.errors import SplitwisePlanError, plural
+from splitwise_plan.planning.explain import method_words
 from splitwise_plan.search import passes
 
 MIN_STREAM_REQUESTS = 10  # capacity: never try a rate that gives fewer requests than this
@@ -353,7 +354,7 @@ def _check_lines(inp: Inputs, spec, trace: Optional[Path], bases: list, checks: 
             n = (plural(load.requests[0], 'request') if len(load.requests) == 1 else
                  f"{min(load.requests):,} to {max(load.requests):,} requests" if load.requests else "not simulated")
             lines.append(f"load:  {rate_txt}; {'the rate itself' if load.own else src}; "
-                         f"{n}; {inp.scheduler.describe()}; method {inp.method}")
+                         f"{n}; {inp.scheduler.describe()}; {method_words(inp.method)}")
             if load.bound is not None:
                 lines.append(f"FAIL: {bound_line(load.rate, load.bound, 'this cluster')}")
             else:
@@ -629,7 +630,7 @@ def _capacity_line(inp: Inputs, spec, cap, fail, trials: list, results_by_rate: 
     src = (f"trace {inp.trace} time-scaled" if inp.trace is not None else
            f"{inp.workload}, {duration:g} s, " + (f"worst of seeds {seed}..{seed + seeds - 1}" if seeds > 1
                                                   else f"seed {seed}"))
-    how = (f"{src}, {inp.scheduler.describe()}, method {inp.method}, "
+    how = (f"{src}, {inp.scheduler.describe()}, {method_words(inp.method)}, "
            + (f"margin {margin:g}, " if margin else "") + f"{len(trials) * seeds} simulations")
     failed = results_by_rate[fail][0] if fail is not None else None
     if failed is not None and failed.slo_met and failed.completed < failed.requests:   # not the SLOs: memory

@@ -18,6 +18,7 @@ from splitwise_plan.cli.progress import progress
 from splitwise_plan.errors import SplitwisePlanError, plural
 from splitwise_plan.inputs.designs import Design, parse_tp, pool_size
 from splitwise_plan.perf.sources import stack_label
+from splitwise_plan.planning.explain import method_words
 from splitwise_plan.sim.cluster import SchedulerConfig
 
 
@@ -95,7 +96,7 @@ class Inputs:
                f"trace {self.trace} time-scaled from {self.trace_rate:.4g} to {self.rate:g} req/s")
         n = f", {plural(len(self.stream), 'request')}" if self.stream is not None else ""
         return (f"{src}{n}; {self.model} TP{self.tensor_parallel}, {self.scheduler.describe()}; "
-                f"simulated with method {self.method}")
+                f"simulated with {method_words(self.method)}")
 
 
 def stream_at(inp: Inputs, rate: Optional[float], seed: Optional[int] = None):

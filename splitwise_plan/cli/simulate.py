@@ -64,6 +64,7 @@ from splitwise_plan.cli.output import check_output_options, input_files, note, p
 from splitwise_plan.cli.progress import progress
 from splitwise_plan.errors import SplitwisePlanError, plural
 from splitwise_plan.inputs.designs import Design, display_name, get_design
+from splitwise_plan.planning.explain import searched_text
 from splitwise_plan.report.formats import machine_counts
 
 MAX_GRID_POINTS = 200_000
@@ -283,7 +284,7 @@ def run_grid(sim, design: Design, points: list[tuple[int, int]], *, quiet: bool 
              label: str = "sweep", jobs: int = 1, on_results=None) -> list:
     """Evaluate design points with ``run_many`` (over ``jobs`` processes), with a progress bar
     that moves as each part of fluid runs, oracle run or worker's part is done (``on_results`` gets its results)."""
-    with progress(len(points), f"{label} {display_name(design)} ({sim.method})", quiet=quiet) as bar:
+    with progress(len(points), f"{label} {display_name(design)} ({searched_text(sim.method)})", quiet=quiet) as bar:
         return sim.run_many(design, points, jobs=max(1, jobs), progress=bar.advance, on_results=on_results)
 
 

@@ -57,6 +57,11 @@ def searched_text(method: str) -> str:
     return method_text(method).removeprefix("the ")
 
 
+def method_words(method: str) -> str:
+    """A simulator as a command's summary names it: ``the event simulation (--method events)``."""
+    return f"{method_text(method)} (--method {method})"
+
+
 def reference_label(slos) -> str:
     """The machine a slowdown SLO measures against: ``a DGX-A100`` for the paper's, else hardware and TP."""
     hw, tp = slos.reference_hardware, slos.reference_tensor_parallel
