@@ -323,10 +323,10 @@ def _buyer_lines(result: PlanResult, w, cost_unit: str) -> list[str]:
     if f["cost_per_million_output_tokens"] is not None and cost_unit.endswith("/h"):
         rate = w.rate if result.request.goal == "max-throughput" or result.request.rps is None else result.request.rps
         parts.append(f"{_money(f['cost_per_million_output_tokens'])} {unit} per million output tokens at {rate:g} req/s")
-    head = "" if not result.request.headroom else (
-        f"  load headroom: every SLO held at {result.request.planned_rps:g} req/s "
-        f"(+{result.request.headroom:.0%} over {result.request.rps:g})\n")
-    return [head + "  in all: " + ", ".join(parts)] if parts else []
+    req = result.request
+    lines = [f"  load headroom: every SLO held at {req.planned_rps:g} req/s (+{req.headroom:.0%} over {req.rps:g})"
+             ] if req.headroom else []
+    return lines + (["  in all: " + ", ".join(parts)] if parts else [])
 
 
 def _judged_lines(result: PlanResult, w, cost_unit: str) -> list[str]:
