@@ -1,8 +1,8 @@
 """How sure a plan's answer is. Each machine whose latencies are estimated has an error band per phase (the
 source's held-out P90 error, perf/bands.py), or the user gives one for every machine (``--latency-error``).
-The winner is confirmed again with each phase that much slower; where it no longer holds, the winner and the
-runner-up are planned anew at those latencies, to tell which one wins then. The SLOs' reference keeps its
-latencies: a limit in seconds stays where it was.
+The winner is confirmed again with each phase that much slower; where it no longer holds, it is planned anew at
+those latencies, then every rival whose answer was cheaper than that new one, to tell which design wins then.
+The SLOs' reference keeps its latencies: a limit in seconds stays where it was.
 """
 
 from __future__ import annotations
@@ -32,41 +32,48 @@ def design_bands(inputs: Inputs, req: PlanRequest, design: str) -> dict:
 
 
 def sureness(inputs: Inputs, req: PlanRequest, ranked, winner, replan, confirm, say=None) -> dict | None:
-    """Whether ``winner`` still holds its SLOs, and still wins against the runner-up of ``ranked``, with each
-    phase's latencies slower by their band. ``confirm(inputs, design, point, rate)`` gives (held, worst result);
+    """Whether ``winner`` still holds its SLOs, and still wins against every rival of ``ranked`` (the runner-up
+    first), with each phase's latencies slower by their band. ``confirm(inputs, design, point, rate)`` gives (held, worst result);
     ``replan(inputs, names)`` plans designs anew ({name: DesignPlan}). None for max-throughput (its winner's
     rate is its limit already) or without a winner."""
     if winner is None or req.goal == "max-throughput":
         return None
-    runner = next((p for p in ranked if p.status == "ok" and p.design != winner.design), None)
-    bands = {**(design_bands(inputs, req, runner.design) if runner else {}), **design_bands(inputs, req, winner.design)}
+    rivals = [p for p in ranked if p.status == "ok" and p.design != winner.design]
+    bands = {}
+    for p in [*rivals, winner]:   # (every design that may win at the band: each GPU's band)
+        bands.update(design_bands(inputs, req, p.design))
     known = {hw: b for hw, b in bands.items() if b is not None}
     out = {"bands": {hw: {"prompt": b.prompt, "decode": b.decode, "basis": b.basis} for hw, b in sorted(known.items())},
            "no_band": sorted(hw for hw, b in bands.items() if b is None),
-           "runner_up": runner.design if runner else None, "holds": None, "still_wins": None, "winner_if_not": None,
-           "tightest_ratio": None, "at_band": {}}
+           "runner_up": rivals[0].design if rivals else None, "holds": None, "still_wins": None,
+           "winner_if_not": None, "tightest_ratio": None, "at_band": {}}
     if known:
         _check(out, replace(inputs, slower={hw: b.slower() for hw, b in known.items()}, ceilings={}), req, winner,
-               runner, replan, confirm, say)
+               rivals, replan, confirm, say)
     unit = inputs.machines[get_design(winner.design).machines[0]].cost_unit
     out["text"] = sureness_text(out, known, winner, unit, kernels=hasattr(inputs.stack, "rows"))
     return out
 
 
-def _check(out: dict, slowed: Inputs, req: PlanRequest, winner, runner, replan, confirm, say) -> None:
-    """Fill ``out`` with the winner's verdict at the slowed latencies, and the answers planned anew if it fails."""
+def _check(out: dict, slowed: Inputs, req: PlanRequest, winner, rivals: list, replan, confirm, say) -> None:
+    """Fill ``out`` with the winner's verdict at the slowed latencies; where it fails, the winner planned anew at
+    them, then every rival whose answer was cheaper than that, searched only below it (slower latencies make no
+    answer cheaper: a rival dearer than the winner's new answer cannot beat it)."""
     if say is not None:
         say(f"checking {display_name(winner.design)} with its latencies slower by their error band")
     held, worst = confirm(slowed, winner.design, (winner.prompt, winner.token), winner.rate)
     out["holds"], out["tightest_ratio"] = bool(held), _finite(tightest_ratio(worst))
-    if held:   # slower latencies only make the runner-up dearer too
+    if held:   # slower latencies only make every rival dearer too
         out["still_wins"] = True
         return
-    names = [winner.design] + ([runner.design] if runner is not None else [])
-    answers = replan(slowed, names)
     key = (lambda p: p.power) if req.goal == "min-power" else (lambda p: p.cost)
-    ok = [answers[n] for n in names if n in answers and answers[n].status == "ok"]
-    best = min(ok, key=key, default=None)
+    answers = replan(slowed, [winner.design])
+    mine = answers.get(winner.design)
+    bar = key(mine) if mine is not None and mine.status == "ok" else math.inf
+    names = [p.design for p in rivals if key(p) < bar]
+    if names:
+        answers.update(replan(replace(slowed, ceilings={n: bar for n in names} if math.isfinite(bar) else {}), names))
+    best = min((p for p in answers.values() if p.status == "ok"), key=key, default=None)
     out["still_wins"] = best is not None and best.design == winner.design
     out["winner_if_not"] = None if out["still_wins"] or best is None else best.design
     out["at_band"] = {n: {"status": p.status, "prompt_machines": p.prompt if p.status == "ok" else None,
@@ -81,19 +88,21 @@ def _finite(v):
 
 def band_text(known: dict) -> str:
     """The bands in words: ``latencies 20% slower``, ``prompt latencies 26% and decode latencies 22% slower``, or
-    per GPU where they differ."""
+    per GPU where they differ (GPUs of one band together): ``(B200, H100: prompt 26%, decode 22%; H200: 18%)``."""
     def phases(b: Band) -> str:
         if round(b.prompt, 2) == round(b.decode, 2):
             return f"{b.prompt:.0%}"
         return f"prompt {b.prompt:.0%}, decode {b.decode:.0%}"
-    kinds = {(round(b.prompt, 3), round(b.decode, 3)) for b in known.values()}
-    if len(kinds) == 1:
+    groups: dict = {}
+    for hw, b in sorted(known.items()):
+        groups.setdefault(phases(b), []).append(_gpu(hw))
+    if len(groups) == 1:
         b = next(iter(known.values()))
         if round(b.prompt, 2) == round(b.decode, 2):
             return f"latencies {b.prompt:.0%} slower"
         return f"prompt latencies {b.prompt:.0%} and decode latencies {b.decode:.0%} slower"
-    return "latencies slower by their error bands (" + "; ".join(f"{_gpu(hw)}: {phases(b)}"
-                                                                 for hw, b in sorted(known.items())) + ")"
+    return "latencies slower by their error bands (" + "; ".join(f"{', '.join(gpus)}: {text}"
+                                                                 for text, gpus in groups.items()) + ")"
 
 
 def _gpu(hardware: str) -> str:
@@ -120,7 +129,7 @@ def sureness_text(out: dict, known: dict, winner, unit: str = "USD/h", kernels: 
     if out["still_wins"]:
         return f"with {band}, it needs {_answer(winner.design, mine, unit)}, and still wins{also}"
     if out["winner_if_not"] is None:
-        return f"with {band}, neither it nor the runner-up holds the SLOs within the search's limits{also}"
+        return f"with {band}, no design holds the SLOs within the search's limits{also}"
     other = out["winner_if_not"]
     return (f"with {band}, {display_name(other)} wins: {_answer(other, out['at_band'][other], unit)}, against "
             f"{_answer(winner.design, mine, unit) if mine.get('status') == 'ok' else 'none that holds'} for the winner{also}")

@@ -151,3 +151,27 @@ def test_a_buyers_figures_are_hand_computed():
 ])
 def test_every_design_has_one_display_name(name, shown):
     assert display_name(name) == shown
+
+
+def test_a_rival_behind_the_runner_up_can_win_at_the_band():
+    """The winner fails at its band and costs 120 anew; of the rivals cheaper than that, each is planned anew below
+    120: the runner-up then costs 125 (so it comes back none), the third 110, which wins."""
+    from splitwise_plan.planning.sureness import sureness
+
+    req = PlanRequest(**{**SMALL, "designs": "HH,HA,H100"}, latency_error=0.2)
+    inputs = Inputs.load(req)
+    ranked = (_answer("splitwise-hh", 100.0, 0.1), _answer("splitwise-ha", 102.0, 0.1),
+              _answer("baseline-h100", 104.0, 0.1), _answer("splitwise-aa", 130.0, 0.1))
+    anew = {"splitwise-hh": 120.0, "splitwise-ha": 125.0, "baseline-h100": 110.0}
+    asked = []
+
+    def replan(inp, names):
+        asked.append((tuple(names), dict(inp.ceilings)))
+        return {n: _answer(n, anew[n], 0.05) if anew[n] < inp.ceilings.get(n, math.inf) else
+                DesignPlan(design=n, short=n, status="pruned") for n in names}
+    out = sureness(inputs, req, ranked, ranked[0], replan, lambda *a: (False, None))
+    assert asked == [(("splitwise-hh",), {}),
+                     (("splitwise-ha", "baseline-h100"), {"splitwise-ha": 120.0, "baseline-h100": 120.0})]
+    assert (out["holds"], out["still_wins"], out["winner_if_not"]) == (False, False, "baseline-h100")
+    assert out["text"] == ("with latencies 20% slower, Baseline-H100 wins: 2 machines (110.00 USD/h), against "
+                           "2 prompt + 1 token machines (120.00 USD/h) for the winner")
