@@ -46,7 +46,11 @@ def test_bands_come_from_the_held_out_errors_per_gpu_and_kind():
     h100 = estimate_band(vllm, dense, "h100-80gb")   # fitted on it: the largest held-out row stands in
     assert (h100.prompt, h100.decode) == (b200.prompt, b200.decode) and "largest" in h100.basis
     assert estimate_band(vllm, moe, "h200-141gb").decode == pytest.approx(0.493)   # the mixtures' rows
-    assert estimate_band(load_stack("aiconfigurator:vllm"), dense, "h100-80gb") is None
+
+
+def test_aiconfigurators_measured_kernels_have_no_band():
+    pytest.importorskip("aiconfigurator_core", reason="the extra splitwise-plan[aiconfigurator] is not installed")
+    assert estimate_band(load_stack("aiconfigurator:vllm"), get_model("llama-3.1-70b"), "h100-80gb") is None
 
 
 def test_the_paper_stacks_held_out_rows_are_what_profiles_computes():
