@@ -455,7 +455,7 @@ def write_cluster_file(result: PlanResult, path) -> Path:
             "seed": req.seed if req.trace is None else None, "seeds": req.seeds if req.trace is None else None}
     spec = ClusterSpec(base_design(d), w.prompt, w.token, model=req.model, tensor_parallel=tp,
                        plan={k: v for k, v in plan.items() if v is not None})
-    note = (f"The winner of splitwise-plan {__version__}: {w.design}, {w.cost:,.2f} at {w.rate:g} req/s.\n"
+    note = (f"The winner of splitwise-plan {__version__}: {display_name(w.design)}, {w.cost:,.2f} at {w.rate:g} req/s.\n"
             + ("splitwise-plan check FILE re-checks it on the plan's streams." if req.trace is None else
                f"Planned on trace {input_label(req.trace)}: splitwise-plan check FILE --trace {input_label(req.trace)}."))
     with atomic_open(path, "w", what="cluster file") as fh:
