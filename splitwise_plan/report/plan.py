@@ -409,7 +409,8 @@ def comparison(result: PlanResult) -> list[dict]:
     for dp in result.designs:
         ok = dp.status == "ok"
         nan = float("nan")
-        out.append({"design": dp.design, "label": dp.design if ok else f"{dp.design} ({dp.status})",
+        status = {"unconfirmed": "not confirmed"}.get(dp.status, dp.status)
+        out.append({"design": dp.design, "label": display_name(dp.design) + ("" if ok else f" ({status})"),
                     "prompt_machines": dp.prompt if ok else None,
                     "token_machines": (dp.token if ok and dp.token else None),
                     "machines": dp.machines if ok else None,

@@ -507,7 +507,9 @@ def _same_rate_note(designs: Sequence[Mapping], panels: list) -> str:
 
 
 def _design_label(d: Mapping) -> str:
-    label = str(d.get("label") or d.get("design", "?"))
+    """A design's tick: its label, else its display name (a plan's report has it: ``Splitwise-HH (H100:H100)``),
+    else its name; then its machine counts."""
+    label = str(d.get("label") or d.get("display_name") or d.get("design", "?"))
     p, t, m = d.get("prompt_machines"), d.get("token_machines"), d.get("machines")
     if p and t:
         return f"{label}\n{p}P+{t}T"

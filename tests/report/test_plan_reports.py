@@ -110,7 +110,7 @@ def test_csv_has_a_row_per_evaluated_point(reports_dir):
 def test_html_plot_compares_the_designs(reports_dir):
     page = (reports_dir / "p.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "Designs compared" in page
-    assert "splitwise-hh" in page and "baseline-h100" in page
+    assert "Splitwise-HH (H100:H100)" in page and "Baseline-H100" in page   # their display names
     assert "None" not in page   # a baseline's token pool is an empty cell, not Python's repr
     assert not [p for p in reports_dir.iterdir() if p.name.startswith(".")]   # no temporary files left
 
