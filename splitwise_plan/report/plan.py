@@ -344,8 +344,10 @@ def _judged_lines(result: PlanResult, w, cost_unit: str) -> list[str]:
         if "higher_rate" in alt["reasons"]:
             why.append(f"holds at {alt['rate_rps']:g} req/s where the winner fails")
         d = get_design(p.design)
+        figure = (f"{p.power:,.1f} {plan_units(result)[1]}" if result.request.goal == "min-power" else
+                  f"{p.cost:,.2f} {cost_unit}")   # (the goal's: its extra is in it)
         lines.append(f"  robust alternative: [bold]{display_name(p.design)}[/bold], "
-                     f"{machine_counts(p.prompt, 0 if d.is_baseline else p.token)}, {p.cost:,.2f} {cost_unit} "
+                     f"{machine_counts(p.prompt, 0 if d.is_baseline else p.token)}, {figure} "
                      f"({alt['extra']:+.1%}): {'; '.join(why)}")
     return lines
 
