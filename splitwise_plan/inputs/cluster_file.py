@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
-from splitwise_plan.errors import SplitwisePlanError, by_name, choices
+from splitwise_plan.errors import SplitwisePlanError, by_name, choices, seed_value
 from splitwise_plan.inputs.designs import Design, display_name, get_design, parse_tp, pool_size
 from splitwise_plan.inputs.machines import BUILTIN_MACHINES, Machine
 from splitwise_plan.inputs.models import BUILTIN_MODELS
@@ -241,9 +241,7 @@ def _plan_keys(where: str, doc: Mapping) -> dict:
                 raise SplitwisePlanError(f"{where}: {key} must be a positive number, got {value!r}")
             out[key] = float(value)
     if "seed" in doc:
-        if isinstance(doc["seed"], bool) or not isinstance(doc["seed"], int) or doc["seed"] < 0:
-            raise SplitwisePlanError(f"{where}: seed must be a whole number >= 0, got {doc['seed']!r}")
-        out["seed"] = int(doc["seed"])
+        out["seed"] = seed_value(doc["seed"], f"{where}: seed")
     if "seeds" in doc:
         out["seeds"] = _count(where, "seeds", doc["seeds"])
     return out

@@ -137,7 +137,11 @@ def resolve_stack(spec, profiles, model) -> tuple[object, str]:
     Llama2-70B in the shipped ones: their measured pools and their estimates then come from one stack, and the
     paper's reproductions are unchanged), else today's vLLM preset (a model nobody profiled is planned at the
     speed of a current engine, not of 2023's)."""
+    import os
+
     from splitwise_plan.perf.stack import DEFAULT_STACK, PRESET
+    if spec is not None and not isinstance(spec, (str, os.PathLike)):   # a stack already loaded (or AIConfigurator's)
+        return spec, ""
     if spec is not None and str(spec).strip().lower() != "auto":
         return load_stack(spec), ""
     measured = set(profiles.table["model"]) if getattr(profiles, "table", None) is not None else set()

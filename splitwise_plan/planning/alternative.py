@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from splitwise_plan.planning.objectives import goal_value
+
 #: A rival at most this much dearer than the winner is a near-tie.
 NEAR = 0.05
 #: ... and a robust alternative with at least this many times the winner's SLO headroom,
@@ -22,11 +24,10 @@ def robust_alternative(req, ranked, winner, stress, confirm) -> dict | None:
     of a rival at that rate, asked only where the winner fails it."""
     if winner is None or req.goal == "max-throughput":
         return None
-    key = (lambda p: p.power) if req.goal == "min-power" else (lambda p: p.cost)
-    best = key(winner)
+    best = goal_value(winner, req.goal)
     winner_fails = stress is not None and not stress["slo_met"]
     for p in ranked:
-        if p.design == winner.design or p.status != "ok" or not key(p) <= best * (1.0 + NEAR):
+        if p.design == winner.design or not goal_value(p, req.goal) <= best * (1.0 + NEAR):
             continue
         room = p.headroom if math.isfinite(p.headroom) else 0.0
         reasons = []
@@ -38,7 +39,7 @@ def robust_alternative(req, ranked, winner, stress, confirm) -> dict | None:
             if held:
                 reasons.append("higher_rate")
         if reasons:
-            return {"design": p.design, "extra": key(p) / best - 1.0 if best else 0.0, "slo_headroom": room,
+            return {"design": p.design, "extra": goal_value(p, req.goal) / best - 1.0 if best else 0.0, "slo_headroom": room,
                     "winner_slo_headroom": winner.headroom, "reasons": reasons, "holds_at_higher_rate": held,
                     "rate_rps": stress["rate_rps"] if stress is not None else None}
     return None

@@ -66,6 +66,13 @@ def point_text(d: Design, pt) -> str:
 
 # --- ranking and gains ------------------------------------------------------------------
 
+def goal_value(p: DesignPlan, goal: str) -> float:
+    """A design answer's figure the goal minimizes: its power for min-power, else its cost (inf without an answer)."""
+    if p.status != "ok":
+        return math.inf
+    return p.power if goal == "min-power" else p.cost
+
+
 def rank_key(goal: str):
     def key(dp: DesignPlan):
         if dp.status != "ok":

@@ -39,7 +39,7 @@ from splitwise_plan.planning.confirm import Confirmer, OverSeeds, Pool
 from splitwise_plan.planning.explain import searched_text
 from splitwise_plan.planning.iso import plan_iso
 from splitwise_plan.planning.memo import Memo
-from splitwise_plan.planning.objectives import gains, rank_key, tightest_ratio
+from splitwise_plan.planning.objectives import gains, goal_value, rank_key, tightest_ratio
 from splitwise_plan.planning.request import AUTO, Inputs, PlanRequest, input_label, pool_tps
 from splitwise_plan.planning.result import DesignPlan, PlanResult
 from splitwise_plan.planning.sureness import sureness
@@ -278,7 +278,7 @@ def _run_auto(inputs: Inputs, req: PlanRequest, done: dict, method: str, collect
     _run(inputs, req, first, method, keep, memo, say)
     second, ceilings = [], {}
     for names in groups.values():
-        best = min((_objective(answers[n], req) for n in names if n in answers), default=math.inf)
+        best = min((goal_value(answers[n], req.goal) for n in names if n in answers), default=math.inf)
         for n in names:
             if n in answers:
                 continue
@@ -296,13 +296,6 @@ def _run_auto(inputs: Inputs, req: PlanRequest, done: dict, method: str, collect
 def _infeasible(inputs: Inputs, name: str) -> DesignPlan:
     """The answer of a design whose machines cannot hold the model."""
     return DesignPlan(design=name, short=get_design(name).short, status="infeasible", note=inputs.unfit(name))
-
-
-def _objective(p: DesignPlan, req: PlanRequest) -> float:
-    """A design answer's cost or power (inf without an answer)."""
-    if p.status != "ok":
-        return math.inf
-    return p.power if req.goal == "min-power" else p.cost
 
 
 def _bounds(sim, req: PlanRequest, names: list) -> dict:

@@ -167,6 +167,12 @@ class PlanResult:
     #: {machine type: GPUs it has} of the designs' machines (for the GPUs in all)
     gpus: dict = field(default_factory=dict, compare=False, repr=False)
 
+    def priced_rate(self, p: DesignPlan) -> float:
+        """The rate a design's cost per token is at: the plan's ``rps`` (not its load headroom's), else the design's
+        own (max-throughput, or a trace's)."""
+        req = self.request
+        return p.rate if req.goal == "max-throughput" or req.rps is None else req.rps
+
     def figures(self, p: DesignPlan) -> dict:
         """What a buyer compares of an answer: the GPUs in all, the cost per month (``HOURS_PER_MONTH``) and per
         million output tokens at the plan's rate (max-throughput: the design's), in the catalog's cost unit."""
@@ -175,8 +181,7 @@ class PlanResult:
         d = get_design(p.design)
         counts = (p.prompt,) if d.is_baseline else (p.prompt, p.token)
         gpus = sum(n * self.gpus.get(m, 0) for n, m in zip(counts, d.machines)) if self.gpus else None
-        rate = p.rate if self.request.goal == "max-throughput" or self.request.rps is None else self.request.rps
-        tokens_per_hour = (self.output_tokens or math.nan) * rate * 3600.0
+        tokens_per_hour = (self.output_tokens or math.nan) * self.priced_rate(p) * 3600.0
         return {"gpus": gpus, "cost_per_month": json_number(round(p.cost * HOURS_PER_MONTH, 2)),
                 "cost_per_million_output_tokens": json_number(round(p.cost / tokens_per_hour * 1e6, 4))
                 if tokens_per_hour > 0 else None}

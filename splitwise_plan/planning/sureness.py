@@ -13,7 +13,7 @@ from dataclasses import replace
 from splitwise_plan.inputs.designs import display_name, get_design
 from splitwise_plan.perf.bands import Band, estimate_band, given_band
 from splitwise_plan.perf.sources import ESTIMATED, sourced_latency
-from splitwise_plan.planning.objectives import tightest_ratio
+from splitwise_plan.planning.objectives import goal_value, tightest_ratio
 from splitwise_plan.planning.request import Inputs, PlanRequest, pool_tps
 
 
@@ -66,14 +66,12 @@ def _check(out: dict, slowed: Inputs, req: PlanRequest, winner, rivals: list, re
     if held:   # slower latencies only make every rival dearer too
         out["still_wins"] = True
         return
-    key = (lambda p: p.power) if req.goal == "min-power" else (lambda p: p.cost)
     answers = replan(slowed, [winner.design])
-    mine = answers.get(winner.design)
-    bar = key(mine) if mine is not None and mine.status == "ok" else math.inf
-    names = [p.design for p in rivals if key(p) < bar]
+    bar = goal_value(answers[winner.design], req.goal) if winner.design in answers else math.inf
+    names = [p.design for p in rivals if goal_value(p, req.goal) < bar]
     if names:
         answers.update(replan(replace(slowed, ceilings={n: bar for n in names} if math.isfinite(bar) else {}), names))
-    best = min((p for p in answers.values() if p.status == "ok"), key=key, default=None)
+    best = min((p for p in answers.values() if p.status == "ok"), key=lambda p: goal_value(p, req.goal), default=None)
     out["still_wins"] = best is not None and best.design == winner.design
     out["winner_if_not"] = None if out["still_wins"] or best is None else best.design
     out["at_band"] = {n: {"status": p.status, "prompt_machines": p.prompt if p.status == "ok" else None,

@@ -321,8 +321,8 @@ def _buyer_lines(result: PlanResult, w, cost_unit: str) -> list[str]:
     if f["cost_per_month"] is not None and cost_unit.endswith("/h"):
         parts.append(f"{f['cost_per_month']:,.0f} {unit} a month (730 h)")
     if f["cost_per_million_output_tokens"] is not None and cost_unit.endswith("/h"):
-        rate = w.rate if result.request.goal == "max-throughput" or result.request.rps is None else result.request.rps
-        parts.append(f"{_money(f['cost_per_million_output_tokens'])} {unit} per million output tokens at {rate:g} req/s")
+        parts.append(f"{_money(f['cost_per_million_output_tokens'])} {unit} per million output tokens at "
+                     f"{result.priced_rate(w):g} req/s")
     req = result.request
     lines = [f"  load headroom: every SLO held at {req.planned_rps:g} req/s (+{req.headroom:.0%} over {req.rps:g})"
              ] if req.headroom else []

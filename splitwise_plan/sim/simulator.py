@@ -29,7 +29,6 @@ from splitwise_plan.inputs.workloads import RequestStream
 from splitwise_plan.perf.latency_model import reference_latencies
 from splitwise_plan.perf.profiles import ProfileSet
 from splitwise_plan.perf.sources import for_requests, reference_latency, resolve_stack, sourced_latency
-from splitwise_plan.perf.stack import Stack
 from splitwise_plan.sim.cluster import Cluster, Pool, SchedulerConfig, instance_layout
 from splitwise_plan.sim.metrics import PERCENTILES, Verdict, percentiles, request_latencies
 from splitwise_plan.sim.records import from_json, to_json
@@ -320,8 +319,7 @@ class Simulator:
         self.profiles = profiles if profiles is not None else ProfileSet.load()
         # the serving stack of estimated latencies (None or "auto": the plan's rule, see resolve_stack), its decodes
         # at the stream's context
-        self.stack = for_requests(stack if isinstance(stack, Stack) or hasattr(stack, "rows")
-                                  else resolve_stack(stack, self.profiles, model)[0], stream)
+        self.stack = for_requests(resolve_stack(stack, self.profiles, model)[0], stream)
         #: each pool's tensor parallelism (the prompt pool's, the token pool's) where a design fixes none
         self.pool_tps = parse_tp(tensor_parallel, "tensor_parallel")
         self.tensor_parallel = self.pool_tps[0]
